@@ -1,0 +1,134 @@
+"""One response, read as the client saw it: SSE framing, the dialect's result, and when content came.
+
+`StreamTracker` is incremental (chunks and their arrival times in, what each completed event
+meant out): the replayer feeds it live, and `analyze_recorded` feeds it a recording's chunks. It
+frames SSE on the reassembled byte stream (proxies re-chunk), so chunk boundaries never matter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from proxycheck.core import dialects
+from proxycheck.core.model import EventKind, Result
+from proxycheck.core.sse import SSEComment, SSEEvent, SSEParser
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseAnalysis:
+    """What a response held and when (times as given to the tracker)."""
+
+    dialect: str | None
+    result: Result | None
+    streamed: bool
+    bytes: int = 0
+    events: int = 0
+    comments: int = 0
+    content_events: int = 0
+    first_byte: float | None = None
+    first_event: float | None = None
+    first_content: float | None = None
+    last_content: float | None = None
+    incomplete_tail: bool = False
+    content_times: tuple[float, ...] = ()
+
+
+class StreamTracker:
+    """Feeds SSE chunks to the parser and the dialect, keeping the timing of content events."""
+
+    def __init__(self, dialect: str | None) -> None:
+        self.dialect = dialect
+        self._parser = SSEParser()
+        self._acc = dialects.accumulator(dialect) if dialect else None
+        self._bytes = 0
+        self._events = 0
+        self._comments = 0
+        self._first_byte: float | None = None
+        self._first_event: float | None = None
+        self._content_times: list[float] = []
+        self._incomplete = False
+
+    def feed(self, chunk: bytes, time: float) -> list[tuple[EventKind | None, SSEEvent | SSEComment]]:
+        """Events completed by this chunk, each with what it meant (None for comments)."""
+        if chunk and self._first_byte is None:
+            self._first_byte = time
+        self._bytes += len(chunk)
+        return self._handle(self._parser.feed(chunk, time))
+
+    def close(self, time: float) -> list[tuple[EventKind | None, SSEEvent | SSEComment]]:
+        return self._handle(self._parser.close(time))
+
+    def _handle(self, items: list[SSEEvent | SSEComment]) -> list[tuple[EventKind | None, SSEEvent | SSEComment]]:
+        out: list[tuple[EventKind | None, SSEEvent | SSEComment]] = []
+        for item in items:
+            if isinstance(item, SSEComment):
+                self._comments += 1
+                out.append((None, item))
+                continue
+            if not item.complete:
+                self._incomplete = True
+                # An event cut at EOF is evidence of truncation, not content to trust.
+                out.append((EventKind.MALFORMED, item))
+                continue
+            self._events += 1
+            if self._first_event is None:
+                self._first_event = item.time
+            kind = self._acc.feed(item.type, item.data) if self._acc else EventKind.META
+            if kind is EventKind.CONTENT:
+                self._content_times.append(item.time)
+            out.append((kind, item))
+        return out
+
+    def analysis(self) -> ResponseAnalysis:
+        times = self._content_times
+        return ResponseAnalysis(
+            dialect=self.dialect,
+            result=self._acc.result() if self._acc else None,
+            streamed=True,
+            bytes=self._bytes,
+            events=self._events,
+            comments=self._comments,
+            content_events=len(times),
+            first_byte=self._first_byte,
+            first_event=self._first_event,
+            first_content=times[0] if times else None,
+            last_content=times[-1] if times else None,
+            incomplete_tail=self._incomplete,
+            content_times=tuple(times),
+        )
+
+
+def analyze_stream(dialect: str | None, chunks: Iterable[tuple[float, bytes]], end: float | None) -> ResponseAnalysis:
+    """Analyze a streamed response from its timed chunks; `end` is when the stream ended (None if
+    it never did, in which case a trailing partial event is not reported)."""
+    tracker = StreamTracker(dialect)
+    last = 0.0
+    for t, chunk in chunks:
+        tracker.feed(chunk, t)
+        last = t
+    if end is not None:
+        tracker.close(max(end, last))
+    return tracker.analysis()
+
+
+def analyze_body(dialect: str | None, body: bytes, time: float | None) -> ResponseAnalysis:
+    """Analyze a non-streamed response body that arrived (complete) at `time`."""
+    result = dialects.parse_body(dialect, body) if dialect else None
+    content = 1 if result is not None and _has_content(result) else 0
+    return ResponseAnalysis(
+        dialect=dialect,
+        result=result,
+        streamed=False,
+        bytes=len(body),
+        events=0,
+        content_events=content,
+        first_byte=time if body else None,
+        first_content=time if content else None,
+        last_content=time if content else None,
+        content_times=(time,) if content and time is not None else (),
+    )
+
+
+def _has_content(result: Result) -> bool:
+    return any(c.text or c.reasoning or c.tool_calls for c in result.choices)

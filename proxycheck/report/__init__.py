@@ -1,0 +1,1 @@
+"""Reports: renderings of results for people (rich terminal) and for tools (JSON)."""
