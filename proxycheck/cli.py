@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help=f"a body field that names the session (default: {', '.join(DEFAULT_SESSION_FIELDS)})",
     )
-    sessions.add_argument("--width", type=int, default=None, help=argparse.SUPPRESS)
+    sessions.add_argument("--turns", action="store_true", help="also show every turn of every session")
     sessions.set_defaults(run=_cmd_sessions)
     return parser
 
@@ -81,7 +81,7 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
 
     from proxycheck.report.terminal import sessions_view
 
-    Console(width=args.width, highlight=False).print(sessions_view(args.directory, sessions))
+    Console(highlight=False).print(sessions_view(args.directory, sessions, turns=args.turns))
     return EXIT_OK
 
 

@@ -23,8 +23,9 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_sessions_table_shows_turns_sizes_think_times_and_the_wedge(capsys) -> None:
-    assert main(["sessions", str(EXAMPLE), "--width", "150"]) == 0
+def test_sessions_table_shows_turns_sizes_think_times_and_the_wedge(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "150")
+    assert main(["sessions", str(EXAMPLE)]) == 0
     out = capsys.readouterr().out
     assert "2 session(s), 6 exchange(s)" in out
     s1 = next(line for line in out.splitlines() if "│ s1 " in line)
@@ -35,11 +36,29 @@ def test_sessions_table_shows_turns_sizes_think_times_and_the_wedge(capsys) -> N
     assert "s1 turn 4: in_flight (26.0K request) — the recorder stopped while it was in flight; 12 event(s)" in out
 
 
+def test_turns_table_shows_each_turn(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "150")
+    assert main(["sessions", str(EXAMPLE), "--turns"]) == 0
+    out = capsys.readouterr().out
+    assert "session s1 (grouped by continuity)" in out
+    rows = [line for line in out.splitlines() if line.startswith("│") and "read_file" in line]
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].strip("│").split("│")]
+    assert cells[:3] == ["1", "1", "675B"] and cells[5] == "200"
+    assert cells[9:] == ["tool_calls", "read_file", "ok"]
+    wedge = next(line for line in out.splitlines() if line.startswith("│    4 │"))
+    cells = [c.strip() for c in wedge.strip("│").split("│")]
+    assert cells[3] == "8" and cells[7] == "-"  # 8 messages; never completed: no total time
+    assert cells[11] == "in_flight"
+
+
 def test_sessions_json_for_tools(capsys) -> None:
     assert main(["sessions", str(EXAMPLE), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema"] == "proxycheck.sessions/1"
     s1, s2 = doc["sessions"]
+    assert s1["grouped_by"] == s2["grouped_by"] == "continuity"
+    assert [t["messages"] for t in s1["turns"]] == [2, 4, 6, 8]
     assert [t["outcome"] for t in s1["turns"]] == ["ok", "ok", "ok", "in_flight"]
     assert [t["tool_calls"] for t in s1["turns"][:3]] == [["read_file"], ["run_tests"], []]
     assert s1["turns"][1]["think_time"] == pytest.approx(1.4)
@@ -112,3 +131,39 @@ def test_bad_flags_exit_2_with_one_line() -> None:
 def test_module_and_version() -> None:
     result = run("--version")
     assert result.returncode == 0 and result.stdout.startswith("proxycheck ")
+
+
+def peak_rss_of_sessions(directory: Path) -> int:
+    """Peak RSS (KiB) of a `proxycheck sessions --json` process over `directory`."""
+    code = (
+        "import contextlib, io, resource, sys\n"
+        "from proxycheck.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    rc = main(['sessions', sys.argv[1], '--json'])\n"
+        "print(rc, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(directory)], capture_output=True, text=True, timeout=120)
+    rc, peak = result.stdout.split()
+    assert rc == "0", result.stderr
+    return int(peak)
+
+
+def test_sessions_over_50_mb_bodies_stays_small(tmp_path: Path) -> None:
+    from proxycheck.io.storage import RecordingWriter
+
+    image = "A" * (55 * 1024 * 1024)  # a base64 image pasted into the conversation
+    big = json.dumps({"model": "m", "stream": True, "messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + image}}]}]})
+    w = RecordingWriter(tmp_path / "big")
+    for raw in (big.encode(), b"\x00\x01 not json " * (6 * 1024 * 1024)):
+        x = w.request("POST", "http://e/v1/chat/completions", [], raw)
+        w.response(x, 200, "OK", [("content-type", "text/event-stream")], streamed=True)
+        w.data(x, b'data: {"choices":[{"index":0,"delta":{"content":"a cat"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+        w.end(x)
+    w.close()
+    del image, big
+    small = peak_rss_of_sessions(EXAMPLE)
+    large = peak_rss_of_sessions(tmp_path / "big")
+    # Listing sessions never reads the 55 MB and 60 MB pieces: the process is about as large as
+    # for the small example (RSS is in KiB).
+    assert large - small < 20 * 1024, (small, large)

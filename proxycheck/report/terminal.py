@@ -89,10 +89,39 @@ def problem_lines(sessions: Iterable[SessionSummary]) -> list[Text]:
     return lines
 
 
-def sessions_view(directory: str, sessions: Sequence[SessionSummary]) -> RenderableType:
+def turns_table(session: SessionSummary) -> Table:
+    """Every turn of one session: what was sent, when, and what came back."""
+    table = Table(title=f"session {session.id} (grouped by {session.grouped_by})", title_justify="left")
+    for name, justify in [
+        ("turn", "right"), ("exchange", "right"), ("request", "right"), ("msgs", "right"),
+        ("think s", "right"), ("status", "right"), ("ttft s", "right"), ("total s", "right"),
+        ("events", "right"), ("finish", "left"), ("tool calls", "left"), ("outcome", "left"),
+    ]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for t in session.turns:
+        table.add_row(
+            str(t.turn),
+            str(t.xid),
+            human_bytes(t.request_bytes),
+            "-" if t.messages is None else str(t.messages),
+            _seconds(t.think_time),
+            "-" if t.status is None else str(t.status),
+            "-" if t.ttft is None else f"{t.ttft:.2f}",
+            _seconds(t.duration),
+            str(t.events),
+            t.finish_reason or "-",
+            ", ".join(t.tool_calls) or "-",
+            Text(t.outcome.value, style=_STYLE.get(t.outcome, "red")),
+        )
+    return table
+
+
+def sessions_view(directory: str, sessions: Sequence[SessionSummary], turns: bool = False) -> RenderableType:
     exchanges = sum(len(s.turns) for s in sessions)
     title = f"{directory}: {len(sessions)} session(s), {exchanges} exchange(s)"
     parts: list[RenderableType] = [sessions_table(sessions, title)]
+    if turns:
+        parts.extend(turns_table(s) for s in sessions)
     problems = problem_lines(sessions)
     if problems:
         parts.append(Text("Turns that did not complete:", style="bold"))
