@@ -59,6 +59,8 @@ class Rec:
     [
         ({"events": [delta("hi"), delta("", "stop"), DONE]}, Outcome.OK, ""),
         ({"events": [delta("hi")]}, Outcome.TRUNCATED, "ended without a terminal marker"),
+        ({"events": [delta("hi"), b'data: {"choices":[{"ind']}, Outcome.TRUNCATED, "1 with content"),
+        ({"events": [b": keep-alive\n\n", delta("hi"), DONE]}, Outcome.OK, ""),
         ({"events": [delta("hi"), b"data: {not json\n\n", DONE]}, Outcome.OK, ""),
         ({"events": [b"data: {not json\n\n", b"data: ][\n\n"]}, Outcome.MALFORMED_STREAM, "2 bad event(s)"),
         ({"events": [delta("hi"), b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n']},

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from proxycheck.core import recording as fmt
 from proxycheck.core.errors import BadInput, StorageError
 from proxycheck.core.redact import REDACTED, RedactionPolicy
+from proxycheck.core.summary import summarize
 from proxycheck.io.storage import RecordingWriter, load
 
 SSE = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
@@ -275,3 +276,5 @@ def test_fuzzed_journals_load_or_fail_cleanly(tmp_path_factory, data) -> None:
             rec.request_body(ex)
         except BadInput:
             pass  # a piece lost to the damage is named, not a crash
+    sessions = summarize(rec.exchanges, rec.piece)  # and what loaded can be listed
+    assert sum(len(s.turns) for s in sessions) == len(rec.exchanges)
