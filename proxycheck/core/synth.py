@@ -1,0 +1,210 @@
+"""What the reference engine answers: a deterministic plan of tokens, tool calls and timing.
+
+The reference engine stands in for SGLang/vLLM in tests and demos, so its answers must be
+reproducible: the same request body always gets the same plan (the body's SHA-256 seeds it),
+and its length is exactly the requested maximum (like `ignore_eos`), so replays through
+different routes can be compared event for event. When the request offers tools, some turns
+answer with tool calls so agent loops can be simulated; after two tool rounds in a row the
+engine answers with text, so every loop ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+DEFAULT_MAX_TOKENS = 16
+# Consecutive tool rounds after which the engine answers with text, so agent loops end.
+MAX_TOOL_ROUNDS = 2
+
+_WORDS = (
+    "the", "stream", "proxy", "engine", "token", "event", "session", "turn", "buffer", "timeout",
+    "connection", "header", "chunk", "reply", "context", "request", "latency", "route", "hop",
+    "server", "client", "keep-alive", "record", "replay", "verdict", "noise", "floor", "wedge",
+    "parse", "frame", "bytes", "idle", "retry", "gateway", "cache", "prefill", "decode", "batch",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCall:
+    """A tool call the engine will make; `fragments` are its arguments as streamed."""
+
+    id: str
+    name: str
+    fragments: tuple[str, ...]
+
+    @property
+    def arguments(self) -> str:
+        return "".join(self.fragments)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One answer: either text tokens or tool calls, with token counts and timing."""
+
+    seed: int
+    tokens: tuple[str, ...]
+    tool_calls: tuple[PlannedCall, ...]
+    finish_reason: str
+    prompt_tokens: int
+    ttft: float
+    interval: float
+
+    @property
+    def completion_tokens(self) -> int:
+        if self.tool_calls:
+            return sum(len(c.fragments) for c in self.tool_calls)
+        return len(self.tokens)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The engine's timing model: TTFT = base + per_kb x prompt KiB, then one token per interval."""
+
+    ttft_base: float = 0.05
+    ttft_per_kb: float = 0.002
+    interval: float = 0.02
+
+    def ttft(self, body_bytes: int) -> float:
+        return self.ttft_base + self.ttft_per_kb * body_bytes / 1024.0
+
+
+def seed_of(body: bytes, extra: int = 0) -> int:
+    return int.from_bytes(hashlib.sha256(body).digest()[:8], "big") ^ extra
+
+
+def max_tokens_of(dialect: str, req: Mapping[str, Any]) -> int:
+    """The requested output length, per dialect (the engine's default when absent)."""
+    if dialect == "sglang_generate":
+        params = req.get("sampling_params")
+        value = params.get("max_new_tokens") if isinstance(params, Mapping) else None
+    elif dialect == "openai_chat":
+        value = req.get("max_completion_tokens", req.get("max_tokens"))
+    else:
+        value = req.get("max_tokens")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return DEFAULT_MAX_TOKENS
+    return value
+
+
+def offered_tools(dialect: str, req: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(name, JSON schema of the arguments) of the tools the request offers, unless it forbids them."""
+    tools = req.get("tools")
+    if dialect not in ("openai_chat", "anthropic_messages") or not isinstance(tools, list) or not tools:
+        return []  # prompt-string APIs have no tool calls
+    choice = req.get("tool_choice")
+    if choice == "none" or (isinstance(choice, Mapping) and choice.get("type") == "none"):
+        return []
+    out = []
+    for tool in tools:
+        if not isinstance(tool, Mapping):
+            continue
+        if dialect == "anthropic_messages":
+            name, schema = tool.get("name"), tool.get("input_schema")
+        else:
+            fn = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+            name, schema = fn.get("name"), fn.get("parameters")
+        if isinstance(name, str) and name:
+            out.append((name, schema if isinstance(schema, Mapping) else {}))
+    return out
+
+
+def tool_rounds_since_user(dialect: str, messages: Sequence[Any]) -> int:
+    """How many assistant tool-call turns came since the last message a person wrote."""
+    rounds = 0
+    for msg in reversed(messages):
+        if not isinstance(msg, Mapping):
+            continue
+        role = msg.get("role")
+        content = msg.get("content")
+        if role == "assistant":
+            if msg.get("tool_calls") or _has_block(content, "tool_use"):
+                rounds += 1
+        elif role == "user" and not _only_blocks(content, "tool_result"):
+            break
+    return rounds
+
+
+def turn_of(dialect: str, req: Mapping[str, Any]) -> int:
+    """The turn number of a request: the assistant messages in its history, plus one."""
+    messages = req.get("messages")
+    if not isinstance(messages, list):
+        return 1
+    return 1 + sum(1 for m in messages if isinstance(m, Mapping) and m.get("role") == "assistant")
+
+
+def _has_block(content: Any, kind: str) -> bool:
+    return isinstance(content, list) and any(isinstance(b, Mapping) and b.get("type") == kind for b in content)
+
+
+def _only_blocks(content: Any, kind: str) -> bool:
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(b, Mapping) and b.get("type") == kind for b in content)
+    )
+
+
+def plan(
+    dialect: str,
+    req: Mapping[str, Any],
+    body: bytes,
+    timing: Timing,
+    *,
+    tool_call_rate: float = 0.5,
+    seed: int = 0,
+) -> Plan:
+    """The deterministic answer to a request (parsed `req`, raw `body` for the seed and size)."""
+    s = seed_of(body, seed)
+    rnd = random.Random(s)
+    n = max_tokens_of(dialect, req)
+    prompt_tokens = max(1, len(body) // 4)
+    ttft = timing.ttft(len(body))
+    tools = offered_tools(dialect, req)
+    messages = req.get("messages") if isinstance(req.get("messages"), list) else []
+    wants_tool = (
+        tools
+        and rnd.random() < tool_call_rate
+        and tool_rounds_since_user(dialect, messages) < MAX_TOOL_ROUNDS  # type: ignore[arg-type]
+    )
+    if wants_tool:
+        name, schema = tools[rnd.randrange(len(tools))]
+        arguments = json.dumps(_arguments_for(schema, rnd))
+        # Split the arguments the way engines stream them: a few characters a token, mid-word.
+        fragments = tuple(arguments[i : i + 5] for i in range(0, len(arguments), 5))
+        call = PlannedCall(f"call_{s & 0xFFFFFFFFFFFF:012x}", name, fragments)
+        finish = "tool_use" if dialect == "anthropic_messages" else "tool_calls"
+        return Plan(s, (), (call,), finish, prompt_tokens, ttft, timing.interval)
+    tokens = tuple((" " if i else "") + rnd.choice(_WORDS) for i in range(n))
+    ignore_eos = req.get("ignore_eos") is True or (
+        isinstance(req.get("sampling_params"), Mapping) and req["sampling_params"].get("ignore_eos") is True
+    )
+    if dialect == "anthropic_messages":
+        finish = "max_tokens" if ignore_eos else "end_turn"
+    else:
+        finish = "length" if ignore_eos else "stop"
+    return Plan(s, tokens, (), finish, prompt_tokens, ttft, timing.interval)
+
+
+def _arguments_for(schema: Mapping[str, Any], rnd: random.Random) -> dict[str, Any]:
+    """Plausible arguments for a JSON schema's properties (strings, numbers, booleans)."""
+    props = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
+    out: dict[str, Any] = {}
+    for key, spec in list(props.items())[:6]:
+        kind = spec.get("type") if isinstance(spec, Mapping) else None
+        if kind in ("integer", "number"):
+            out[key] = rnd.randrange(1, 100)
+        elif kind == "boolean":
+            out[key] = rnd.random() < 0.5
+        else:
+            out[key] = f"{rnd.choice(_WORDS)}/{rnd.choice(_WORDS)}.py"
+    if not out:
+        out["query"] = rnd.choice(_WORDS)
+    return out

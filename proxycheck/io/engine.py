@@ -1,0 +1,199 @@
+"""The reference engine: an aiohttp server that answers like SGLang/vLLM, without a GPU.
+
+It serves OpenAI chat completions and completions, Anthropic messages and SGLang `/generate`
+(streamed and not), `/v1/models` and `/health`. Answers are planned by `proxycheck.core.synth`
+(deterministic per request body, length = max_tokens, tool calls when tools are offered) and
+encoded by `proxycheck.core.wire`; this module only schedules the bytes in time: TTFT = base +
+per-KB of prompt, then one token per interval, each event written as soon as it is due.
+
+Every response carries `x-proxycheck-request-sha256` and `x-proxycheck-request-bytes` of the body
+as received, so a hop that alters requests is caught. Idle keep-alive connections are closed
+after `keepalive_timeout` (5 s by default, like vLLM's uvicorn server), so hops that reuse stale
+pooled connections fail here as they do in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from proxycheck.core import synth, wire
+from proxycheck.core.faultspec import FaultSpec, active_faults
+
+SHA_HEADER = "x-proxycheck-request-sha256"
+BYTES_HEADER = "x-proxycheck-request-bytes"
+TURN_HEADER = "x-proxycheck-turn"
+
+ROUTES = {
+    "/v1/chat/completions": "openai_chat",
+    "/v1/completions": "openai_completions",
+    "/v1/messages": "anthropic_messages",
+    "/generate": "sglang_generate",
+}
+
+
+@dataclass
+class EngineConfig:
+    timing: synth.Timing = field(default_factory=synth.Timing)
+    tool_call_rate: float = 0.5
+    seed: int = 0
+    model: str = "proxycheck-reference"
+    keepalive_timeout: float = 5.0
+    faults: tuple[FaultSpec, ...] = ()
+    access_log: bool = False
+
+
+class _Closed(Exception):
+    """The client went away while we were writing: nothing more to do for this request."""
+
+
+class Engine:
+    """The request handlers, bound to one configuration."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.requests = 0
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=1 << 30)
+        for path, dialect in ROUTES.items():
+            app.router.add_post(path, self._generation(dialect))
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def models(self, request: web.Request) -> web.Response:
+        doc = {"object": "list", "data": [{"id": self.config.model, "object": "model", "created": 0,
+                                          "owned_by": "proxycheck", "max_model_len": 131072}]}
+        return web.json_response(doc)
+
+    def _generation(self, dialect: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return await self.generate(dialect, request)
+
+        return handler
+
+    async def generate(self, dialect: str, request: web.Request) -> web.StreamResponse:
+        start = time.monotonic()
+        body = await request.read()
+        self.requests += 1
+        digest = {SHA_HEADER: hashlib.sha256(body).hexdigest(), BYTES_HEADER: str(len(body))}
+        try:
+            req = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return _error(400, "the request body is not JSON", digest)
+        if not isinstance(req, dict):
+            return _error(400, "the request body is not a JSON object", digest)
+        turn = synth.turn_of(dialect, req)
+        digest[TURN_HEADER] = str(turn)
+        faults = active_faults(self.config.faults, turn=turn, draw=synth.seed_of(body, self.config.seed + self.requests))
+        cfg = self.config
+        plan = synth.plan(dialect, req, body, cfg.timing, tool_call_rate=cfg.tool_call_rate, seed=cfg.seed)
+        options = req.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        encoded = wire.encode(dialect, plan, wire.Meta(str(req.get("model") or cfg.model), int(time.time()), include_usage))
+
+        if faults.delay_headers:
+            await asyncio.sleep(faults.delay_headers)
+        if faults.status:
+            return _error(faults.status, f"injected fault: status {faults.status}", digest)
+
+        if req.get("stream") is not True:
+            await _sleep_until(start + plan.ttft + plan.interval * max(encoded.steps - 1, 0))
+            return web.Response(body=encoded.body, content_type="application/json", headers=digest)
+
+        resp = web.StreamResponse(status=200, headers={**digest, "Content-Type": "text/event-stream",
+                                                       "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        await resp.prepare(request)
+        try:
+            await self._stream(request, resp, encoded, plan, start, faults)
+        except _Closed:
+            return resp
+        return resp
+
+    async def _stream(self, request: web.Request, resp: web.StreamResponse, encoded: wire.Wire,
+                      plan: synth.Plan, start: float, faults: Any) -> None:
+        events = encoded.events
+        if faults.drop_terminal:
+            events = events[:-1]  # every dialect's encoder ends with its terminal marker
+        for sent, (step, data) in enumerate(events):
+            if faults.stall_after is not None and sent >= faults.stall_after:
+                # Hold the connection open and silent: the client sees a wedge, not an end.
+                await asyncio.sleep(faults.stall_seconds)
+                _abort(request)
+                raise _Closed
+            if faults.close_after is not None and sent >= faults.close_after:
+                _abort(request)
+                raise _Closed
+            await _sleep_until(start + plan.ttft + plan.interval * step)
+            try:
+                await resp.write(data)
+            except (ConnectionError, RuntimeError) as exc:
+                raise _Closed from exc
+        try:
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError) as exc:
+            raise _Closed from exc
+
+
+def _abort(request: web.Request) -> None:
+    """Drop the connection without finishing the response (the client sees a reset)."""
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+
+
+async def _sleep_until(deadline: float) -> None:
+    # Sleeping to an absolute deadline keeps the token interval from drifting with write times.
+    delay = deadline - time.monotonic()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+def _error(status: int, message: str, headers: dict[str, str]) -> web.Response:
+    doc = {"object": "error", "message": message, "type": "BadRequestError" if status < 500 else "InternalServerError",
+           "code": status}
+    return web.Response(status=status, body=json.dumps(doc), content_type="application/json", headers=headers)
+
+
+async def serve(config: EngineConfig, host: str, port: int, ready: Callable[[str], None] | None = None) -> None:
+    """Run until SIGINT/SIGTERM; `ready(url)` is called once the port accepts connections."""
+    engine = Engine(config)
+    runner = web.AppRunner(
+        engine.app(),
+        keepalive_timeout=config.keepalive_timeout,
+        access_log=logging.getLogger("aiohttp.access") if config.access_log else None,
+        handle_signals=False,
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    await site.start()
+    bound = runner.addresses[0]
+    shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+    if ready is not None:
+        ready(f"http://{shown}:{bound[1]}")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def announce(url: str) -> None:
+    print(f"proxycheck engine listening on {url}", flush=True)
+    sys.stdout.flush()
