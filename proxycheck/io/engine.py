@@ -33,6 +33,8 @@ SHA_HEADER = "x-proxycheck-request-sha256"
 BYTES_HEADER = "x-proxycheck-request-bytes"
 TURN_HEADER = "x-proxycheck-turn"
 
+_CACHE_SIZE = 4096  # answers kept per engine (a few MB at most)
+
 ROUTES = {
     "/v1/chat/completions": "openai_chat",
     "/v1/completions": "openai_completions",
@@ -62,6 +64,7 @@ class Engine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.requests = 0
+        self._cache: dict[tuple[str, str, bool, str], tuple[synth.Plan, wire.Wire]] = {}
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1 << 30)
@@ -99,11 +102,7 @@ class Engine:
         turn = synth.turn_of(dialect, req)
         digest[TURN_HEADER] = str(turn)
         faults = active_faults(self.config.faults, turn=turn, draw=synth.seed_of(body, self.config.seed + self.requests))
-        cfg = self.config
-        plan = synth.plan(dialect, req, body, cfg.timing, tool_call_rate=cfg.tool_call_rate, seed=cfg.seed)
-        options = req.get("stream_options")
-        include_usage = isinstance(options, dict) and options.get("include_usage") is True
-        encoded = wire.encode(dialect, plan, wire.Meta(str(req.get("model") or cfg.model), int(time.time()), include_usage))
+        plan, encoded = self._answer(dialect, req, body, digest[SHA_HEADER])
 
         if faults.delay_headers:
             await asyncio.sleep(faults.delay_headers)
@@ -123,25 +122,56 @@ class Engine:
             return resp
         return resp
 
+    def _answer(self, dialect: str, req: dict[str, Any], body: bytes, sha: str) -> tuple[synth.Plan, wire.Wire]:
+        """The plan and its wire bytes; cached, because a replay sends the same bodies again and
+        again and the engine must never be what limits a benchmark."""
+        options = req.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        model = str(req.get("model") or self.config.model)
+        key = (dialect, sha, include_usage, model)
+        cached = self._cache.get(key)
+        if cached is None:
+            cfg = self.config
+            plan = synth.plan(dialect, req, body, cfg.timing, tool_call_rate=cfg.tool_call_rate, seed=cfg.seed)
+            cached = (plan, wire.encode(dialect, plan, wire.Meta(model, int(time.time()), include_usage)))
+            if len(self._cache) >= _CACHE_SIZE:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = cached
+        return cached
+
     async def _stream(self, request: web.Request, resp: web.StreamResponse, encoded: wire.Wire,
                       plan: synth.Plan, start: float, faults: Any) -> None:
         events = encoded.events
         if faults.drop_terminal:
             events = events[:-1]  # every dialect's encoder ends with its terminal marker
-        for sent, (step, data) in enumerate(events):
-            if faults.stall_after is not None and sent >= faults.stall_after:
-                # Hold the connection open and silent: the client sees a wedge, not an end.
-                await asyncio.sleep(faults.stall_seconds)
-                _abort(request)
-                raise _Closed
-            if faults.close_after is not None and sent >= faults.close_after:
-                _abort(request)
-                raise _Closed
-            await _sleep_until(start + plan.ttft + plan.interval * step)
+        limit = len(events)
+        for k in (faults.stall_after, faults.close_after):
+            if k is not None:
+                limit = min(limit, k)
+        first_due = start + plan.ttft
+        sent = 0
+        while sent < limit:
+            await _sleep_until(first_due + plan.interval * events[sent][0])
+            # Everything already due goes out in one write, as a socket buffer would carry it when
+            # the server runs behind: the same bytes, far fewer system calls under load.
+            now = time.monotonic()
+            end = sent + 1
+            while end < limit and first_due + plan.interval * events[end][0] <= now:
+                end += 1
+            data = events[sent][1] if end == sent + 1 else b"".join(e for _, e in events[sent:end])
             try:
                 await resp.write(data)
             except (ConnectionError, RuntimeError) as exc:
                 raise _Closed from exc
+            sent = end
+        if faults.stall_after is not None and sent >= faults.stall_after:
+            # Hold the connection open and silent: the client sees a wedge, not an end.
+            await asyncio.sleep(faults.stall_seconds)
+            _abort(request)
+            raise _Closed
+        if faults.close_after is not None and sent >= faults.close_after:
+            _abort(request)
+            raise _Closed
         try:
             await resp.write_eof()
         except (ConnectionError, RuntimeError) as exc:
