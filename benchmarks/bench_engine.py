@@ -18,9 +18,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from proxycheck.io.procs import Managed, free_port, python_module, start_engine  # noqa: E402
+from proxycheck.io.procs import Managed, free_port, start_engine
 
 TOKENS = 64  # events per stream (plus role, finish and [DONE] chunks)
 BODIES = 32  # distinct request bodies, cycled, as a replay of a recording would
