@@ -9,6 +9,7 @@ a process that writes a lot never blocks on a full pipe, and the log is quoted w
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -41,7 +42,11 @@ def port_accepts(host: str, port: int, timeout: float = 0.2) -> bool:
 
 
 class Managed:
-    """One child process with a TCP port."""
+    """One child process with a TCP port.
+
+    Give `port`, or `port=0` and a `port_pattern`: a regular expression whose first group is the
+    port the process reports in its output once it listens (no race for a free port).
+    """
 
     def __init__(
         self,
@@ -50,6 +55,7 @@ class Managed:
         port: int,
         *,
         name: str | None = None,
+        port_pattern: str | None = None,
         env: dict[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
         log_dir: str | os.PathLike[str] | None = None,
@@ -58,8 +64,9 @@ class Managed:
         self.host = host
         self.port = port
         self.name = name or Path(self.args[0]).name
+        self._port_pattern = re.compile(port_pattern.encode()) if port_pattern else None
         log_root = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="proxycheck-"))
-        self.log_path = log_root / f"{self.name}-{port}.log"
+        self.log_path = log_root / f"{self.name}-{os.getpid()}-{id(self)}.log"
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             self.args,
@@ -93,14 +100,17 @@ class Managed:
             if self.proc.poll() is not None:
                 self.stop()
                 raise ProcessError(
-                    f"{self.name} exited with status {self.proc.returncode} before listening on "
-                    f"{self.host}:{self.port}:\n{self.log_tail()}"
+                    f"{self.name} exited with status {self.proc.returncode} before listening:\n{self.log_tail()}"
                 )
-            if port_accepts(self.host, self.port):
+            if not self.port and self._port_pattern is not None:
+                found = self._port_pattern.search(self.log_path.read_bytes())
+                if found:
+                    self.port = int(found.group(1))
+            if self.port and port_accepts(self.host, self.port):
                 return self
             time.sleep(0.05)
         self.stop()
-        raise ProcessError(f"{self.name} did not listen on {self.host}:{self.port} within {timeout:.0f} s:\n{self.log_tail()}")
+        raise ProcessError(f"{self.name} did not listen within {timeout:.0f} s:\n{self.log_tail()}")
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -152,15 +162,18 @@ def mitmdump_path() -> str:
 
 
 def start_engine(*args: str, host: str = "127.0.0.1", timeout: float = 30.0, **kw: object) -> Managed:
-    """The reference engine on a free loopback port, ready."""
-    port = free_port(host)
-    proc = Managed(python_module("proxycheck", "engine", "--listen", f"{host}:{port}", *args), host, port, name="engine", **kw)  # type: ignore[arg-type]
+    """The reference engine on a loopback port the system picks, ready."""
+    argv = python_module("proxycheck", "engine", "--listen", f"{host}:0", *args)
+    proc = Managed(argv, host, 0, name="engine", port_pattern=r"listening on http://\S+:(\d+)", **kw)  # type: ignore[arg-type]
     return proc.wait_ready(timeout)
 
 
 def start_mitmdump(*args: str, host: str = "127.0.0.1", timeout: float = 60.0, **kw: object) -> Managed:
-    """mitmdump on a free loopback port, ready; `args` give its mode, scripts and options."""
-    port = free_port(host)
-    argv = [mitmdump_path(), "-q", "--listen-host", host, "--listen-port", str(port), "--set", "connection_strategy=lazy", *args]
-    proc = Managed(argv, host, port, name="mitmdump", **kw)  # type: ignore[arg-type]
+    """mitmdump on a loopback port the system picks, ready; `args` give its mode, scripts and
+    options. Flows are not printed (`flow_detail=0`); addon log lines are."""
+    argv = [
+        mitmdump_path(), "--listen-host", host, "--listen-port", "0",
+        "--set", "flow_detail=0", "--set", "connection_strategy=lazy", *args,
+    ]
+    proc = Managed(argv, host, 0, name="mitmdump", port_pattern=r"listening at \S+:(\d+)", **kw)  # type: ignore[arg-type]
     return proc.wait_ready(timeout)
