@@ -16,6 +16,11 @@ from typing import Any, Callable, Mapping
 
 from proxycheck.core.synth import Plan
 
+# Headers of every reference-engine response: the digest and size of the request body as the
+# engine received it, so a hop that altered the request is caught by comparing with what was sent.
+SHA_HEADER = "x-proxycheck-request-sha256"
+BYTES_HEADER = "x-proxycheck-request-bytes"
+
 
 @dataclass(frozen=True, slots=True)
 class Wire:
