@@ -1,0 +1,6 @@
+"""mitmproxy addons, the edge layer; imports mitmproxy.
+
+Each module holds one addon class; the scripts under `addons/` only instantiate them, so
+`mitmdump -s addons/NAME.py` works from a checkout. The addons import the pure core (and the
+storage writer); nothing inside `proxycheck` imports them.
+"""

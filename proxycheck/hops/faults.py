@@ -1,0 +1,607 @@
+"""Faults: a mitmproxy addon that makes a hop break streamed LLM traffic the ways real proxies do.
+
+This module owns the fault-injecting hop used to test proxycheck itself (and to rehearse a
+diagnosis): `mitmdump --mode reverse:ENGINE -s addons/faults.py --set proxycheck_fault_...=...`.
+Every fault is off by default, and then the hop is a *correct* proxy: unlike a plain mitmproxy,
+it streams SSE through as it arrives. Only LLM API flows (`dialects.detect`) get faults;
+everything else passes untouched. What to forward of a stream is decided by the pure
+`proxycheck.core.ssefilter.SSEFilter`; this module wires it to mitmproxy's hooks.
+
+How each fault works in mitmproxy 11 (checked in `mitmproxy/proxy/layers/http/__init__.py`):
+
+* pass-through: `responseheaders` sets `flow.response.stream = True` for `text/event-stream`.
+* buffer: `flow.response.stream` is left unset, so mitmproxy reads the whole body first.
+* stall after K events: the stream callable forwards the first K events and withholds the rest.
+  mitmproxy runs the `response` hook when the upstream body has ended but *before* it sends
+  the end of the message (the last chunk of a chunked body) to the client, and an async hook
+  pauses only its own flow, so the `response` hook holds the end for `stall_seconds` (or until
+  the client leaves) and then kills the flow: the client sees silence, then a dropped
+  connection, never a clean end.
+* keep-alive stall: as above, but each withheld upstream chunk is answered by one `: keep-alive`
+  comment: bytes flow, content does not.
+* drop terminal: the stream callable leaves out `[DONE]` / `message_stop` /
+  `response.completed`; the response then ends cleanly.
+* reset after K events: `flow.kill()` cannot act mid-stream (mitmproxy checks for a kill only at
+  its hooks, see mitmproxy issue 4711), so the addon closes the client connection itself through
+  the proxyserver's connection handler (`close_connection`), right after the K-th event is
+  written. The socket is closed with the body unfinished (no last chunk), which a client sees as
+  a connection error. Without that handler it falls back to `flow.kill()`, which acts at the end
+  of the upstream body.
+* max body: a 413 response set in `requestheaders` (Content-Length known) or `request`;
+  mitmproxy then answers it without opening an upstream connection.
+* delay headers: an async `responseheaders` hook that sleeps.
+* idle blackhole: the addon remembers when the last response on each client connection ended;
+  the next LLM request after more than I idle seconds is held in an async `request` hook until
+  the client leaves (at most `stall_seconds`), then killed, and never reaches the upstream.
+* truncate messages: `request` rewrites the JSON body (`truncate_messages`).
+* probability and seed: one seeded draw per LLM flow (`ssefilter.coin`), in order of arrival.
+
+Gates: the probability draw gates every fault. Stall, keep-alive stall, drop terminal and reset
+also need a request body larger than `min_body` and a turn >= `from_turn`, and act only on SSE
+responses that are not content-encoded (a JSON answer has no events to count). With both stall
+and reset on, the smaller K wins; on a tie, the reset. With buffer on as well, the stream faults
+apply to the buffered body: a stall then holds the whole response, a reset sends none.
+
+A hook that raises is caught: the error is logged once for that flow, and the flow goes on
+unfaulted (an SSE response then streams through). Each fault that fires is logged at info
+level once per flow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mitmproxy import ctx, exceptions, http
+from mitmproxy.addonmanager import Loader
+from mitmproxy.connection import Client, ConnectionState
+
+from proxycheck.core import dialects
+from proxycheck.core.ssefilter import SSEFilter, coin, truncate_messages, turn_number
+
+__all__ = ["PREFIX", "FaultConfig", "Faults", "parse_config"]
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "proxycheck_fault_"
+_POLL = 0.1  # seconds between checks whether a held client has gone
+
+# (name without PREFIX, type, default, help). Floats are strings: mitmproxy's --set cannot
+# parse float options.
+_OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
+    ("buffer", bool, False, "Buffer SSE responses instead of streaming them: the client gets all events at the end."),
+    (
+        "stall_after",
+        int,
+        -1,
+        "Stall mid-stream: forward the first K events of an SSE response, then nothing, and hold the end "
+        "of the response (-1: off).",
+    ),
+    (
+        "stall_seconds",
+        str,
+        "600",
+        "Seconds a stall or blackhole holds a response before dropping the connection (a float).",
+    ),
+    (
+        "stall_keepalive",
+        bool,
+        False,
+        "While stalled, send one ': keep-alive' comment per withheld upstream chunk instead of content.",
+    ),
+    (
+        "drop_terminal",
+        bool,
+        False,
+        "Drop the terminal marker ([DONE], message_stop, response.completed): the stream ends cleanly without it.",
+    ),
+    ("reset_after", int, -1, "Close the client connection after forwarding K events of an SSE response (-1: off)."),
+    ("min_body", int, 0, "Stall, drop_terminal and reset only requests whose body is larger than this (bytes)."),
+    (
+        "from_turn",
+        int,
+        1,
+        "Stall, drop_terminal and reset only from this turn on (turn = assistant messages in the request + 1).",
+    ),
+    ("max_body", int, 0, "Answer 413, without contacting the upstream, to request bodies larger than this (bytes; 0: off)."),
+    ("delay_headers", str, "0", "Delay the response headers by this many seconds (a float; 0: off)."),
+    (
+        "idle_blackhole",
+        str,
+        "0",
+        "Never answer a request that arrives on a client connection idle for longer than this many seconds, "
+        "like a hop reusing a pooled connection the upstream closed (a float; 0: off).",
+    ),
+    (
+        "truncate_messages",
+        int,
+        0,
+        "Cut the request's message list to its last N messages, leading system messages kept (0: off).",
+    ),
+    ("probability", str, "1", "Probability that a flow's faults fire: one seeded draw per LLM flow (a float)."),
+    ("seed", int, 0, "Seed of the per-flow draws."),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FaultConfig:
+    """The validated options (names without PREFIX; -1 or 0 means off, as in the help)."""
+
+    buffer: bool = False
+    stall_after: int = -1
+    stall_seconds: float = 600.0
+    stall_keepalive: bool = False
+    drop_terminal: bool = False
+    reset_after: int = -1
+    min_body: int = 0
+    from_turn: int = 1
+    max_body: int = 0
+    delay_headers: float = 0.0
+    idle_blackhole: float = 0.0
+    truncate_messages: int = 0
+    probability: float = 1.0
+    seed: int = 0
+
+    @property
+    def cut_after(self) -> int | None:
+        """Where the stream is cut: the smaller K of stall and reset (None: neither is on)."""
+        ks = [k for k in (self.stall_after, self.reset_after) if k >= 0]
+        return min(ks) if ks else None
+
+    @property
+    def cut_is_reset(self) -> bool:
+        """True when the cut resets the connection; on a tie with a stall, the reset wins."""
+        return self.reset_after >= 0 and self.reset_after == self.cut_after
+
+    @property
+    def filters_stream(self) -> bool:
+        return self.cut_after is not None or self.drop_terminal
+
+    def describe(self) -> str:
+        """The options that differ from their defaults, as `name=value` (empty: no fault)."""
+        default = FaultConfig()
+        parts = [
+            f"{name}={getattr(self, name)}"
+            for name in self.__dataclass_fields__
+            if getattr(self, name) != getattr(default, name)
+        ]
+        return " ".join(parts)
+
+
+class _Reader:
+    """Reads the fault options one by one, collecting every problem instead of stopping at the
+    first, so one OptionsError names all of them."""
+
+    def __init__(self, options: Any) -> None:
+        self.options = options
+        self.problems: list[str] = []
+
+    def raw(self, name: str) -> Any:
+        return getattr(self.options, PREFIX + name)
+
+    def integer(self, name: str, minimum: int) -> int:
+        value = self.raw(name)
+        if value < minimum:
+            self.problems.append(f"{PREFIX}{name} must be >= {minimum}, not {value}")
+        return value
+
+    def number(self, name: str, *, positive: bool = False, at_most: float | None = None) -> float:
+        text = self.raw(name)
+        try:
+            value = float(text)
+        except ValueError:
+            self.problems.append(f"{PREFIX}{name} must be a number, not {text!r}")
+            return 0.0
+        low_ok = value > 0 if positive else value >= 0
+        if not math.isfinite(value) or not low_ok or (at_most is not None and value > at_most):
+            bound = "> 0" if positive else ">= 0"
+            if at_most is not None:
+                bound += f" and <= {at_most:g}"
+            self.problems.append(f"{PREFIX}{name} must be a number {bound}, not {text!r}")
+        return value
+
+
+def parse_config(options: Any) -> FaultConfig:
+    """The fault options of a mitmproxy `Options`, validated; one OptionsError names every bad one."""
+    read = _Reader(options)
+    config = FaultConfig(
+        buffer=read.raw("buffer"),
+        stall_after=read.integer("stall_after", -1),
+        stall_seconds=read.number("stall_seconds", positive=True),
+        stall_keepalive=read.raw("stall_keepalive"),
+        drop_terminal=read.raw("drop_terminal"),
+        reset_after=read.integer("reset_after", -1),
+        min_body=read.integer("min_body", 0),
+        from_turn=read.integer("from_turn", 1),
+        max_body=read.integer("max_body", 0),
+        delay_headers=read.number("delay_headers"),
+        idle_blackhole=read.number("idle_blackhole"),
+        truncate_messages=read.integer("truncate_messages", 0),
+        probability=read.number("probability", at_most=1.0),
+        seed=read.raw("seed"),
+    )
+    if read.problems:
+        raise exceptions.OptionsError("; ".join(read.problems))
+    return config
+
+
+@dataclass(slots=True, eq=False)
+class _Plan:
+    """What the addon decided and did for one LLM flow."""
+
+    index: int  # the flow's draw index
+    fires: bool  # the probability coin came up
+    turn: int = 1
+    body_bytes: int = 0  # request body as received (before any truncation)
+    answered: bool = False  # the hop answers (413) or never answers (blackhole): nothing else applies
+    stream_faults: bool = False  # stall / drop_terminal / reset passed their gates
+    buffered: bool = False
+    filter: SSEFilter | None = None
+    reset_sent: bool = False
+    disabled: bool = False  # a hook failed: the flow goes on unfaulted
+    logged: set[str] = field(default_factory=set)
+
+
+def _is_sse(response: http.Response | None) -> bool:
+    if response is None:
+        return False
+    return response.headers.get("content-type", "").split(";")[0].strip().lower() == "text/event-stream"
+
+
+def _content_length(request: http.Request) -> int | None:
+    """The request's declared body size, None when it is not known from the headers."""
+    if "transfer-encoding" in request.headers:
+        return None
+    try:
+        return int(request.headers.get("content-length", ""))
+    except ValueError:
+        return None
+
+
+def _json_object(body: bytes) -> dict | None:
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    return doc if type(doc) is dict else None
+
+
+def _client_gone(client: Client) -> bool:
+    """True once the client closed its side (mitmproxy clears CAN_READ on EOF)."""
+    return not client.state & ConnectionState.CAN_READ
+
+
+def _kill(flow: http.HTTPFlow) -> None:
+    if flow.killable:
+        flow.kill()
+
+
+def _error_body(status: int, message: str) -> bytes:
+    return json.dumps({"error": {"message": message, "type": "proxycheck_fault", "code": status}}).encode()
+
+
+class Faults:
+    """The fault-injecting hop (see the module docstring for the faults and their mechanisms)."""
+
+    def __init__(self) -> None:
+        self.config = FaultConfig()
+        self._plans: weakref.WeakKeyDictionary[http.HTTPFlow, _Plan] = weakref.WeakKeyDictionary()
+        self._draws = 0  # LLM flows seen so far: the index of the next draw
+        # client connection id -> time.monotonic() when its last response ended
+        self._last_done: dict[str, float] = {}
+
+    # ---------------------------------------------------------------------------------------
+    # options
+
+    def load(self, loader: Loader) -> None:
+        for name, typespec, default, help_text in _OPTIONS:
+            loader.add_option(PREFIX + name, typespec, default, help_text)
+
+    def configure(self, updated: set[str]) -> None:
+        if not any(name.startswith(PREFIX) for name in updated):
+            return
+        config = parse_config(ctx.options)
+        if config.stall_keepalive and config.stall_after < 0:
+            logger.warning(f"{PREFIX}stall_keepalive has no effect without {PREFIX}stall_after")
+        if config != self.config and config.describe():
+            logger.info(f"proxycheck faults: {config.describe()}")
+        self.config = config
+
+    # ---------------------------------------------------------------------------------------
+    # hooks: thin wrappers that keep any exception from reaching mitmproxy
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        self._guarded(flow, "requestheaders", self._on_requestheaders)
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        await self._guarded_async(flow, "request", self._on_request)
+
+    async def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if not await self._guarded_async(flow, "responseheaders", self._on_responseheaders):
+            if _is_sse(flow.response) and not flow.response.stream:  # type: ignore[union-attr]
+                flow.response.stream = True  # type: ignore[union-attr]  # unfaulted: stream it
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        await self._guarded_async(flow, "response", self._on_response)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._guarded(flow, "error", self._mark_done)
+
+    def client_disconnected(self, client: Client) -> None:
+        self._last_done.pop(client.id, None)
+
+    def _guarded(self, flow: http.HTTPFlow, where: str, fn: Callable[[http.HTTPFlow], None]) -> bool:
+        try:
+            fn(flow)
+            return True
+        except Exception:
+            self._failed(flow, where)
+            return False
+
+    async def _guarded_async(
+        self, flow: http.HTTPFlow, where: str, fn: Callable[[http.HTTPFlow], Awaitable[None]]
+    ) -> bool:
+        try:
+            await fn(flow)
+            return True
+        except Exception:
+            self._failed(flow, where)
+            return False
+
+    def _failed(self, flow: http.HTTPFlow, where: str) -> None:
+        """Log a hook's exception once per flow and let the flow go on unfaulted."""
+        plan = self._plans.get(flow)
+        if plan is None:
+            plan = self._plans[flow] = _Plan(index=-1, fires=False)
+        if plan.disabled:
+            return
+        plan.disabled = True
+        logger.error(
+            f"proxycheck faults: the {where} hook failed on {flow.request.method} {flow.request.path}; "
+            "this flow goes on unfaulted",
+            exc_info=True,
+        )
+
+    # ---------------------------------------------------------------------------------------
+    # requests
+
+    def _on_requestheaders(self, flow: http.HTTPFlow) -> None:
+        dialect = dialects.detect(flow.request.path)
+        if dialect is None:
+            return  # not an LLM path, or one only its body can tell: decided in `request`
+        plan = self._new_plan(flow)
+        size = _content_length(flow.request)
+        if size is not None:
+            self._maybe_too_large(flow, plan, size)
+
+    async def _on_request(self, flow: http.HTTPFlow) -> None:
+        plan = self._plans.get(flow)
+        if plan is not None and (plan.answered or plan.disabled):
+            return
+        body = flow.request.content or b""  # decoded: a bad Content-Encoding raises (-> unfaulted)
+        doc = _json_object(body)  # parsed once: agent bodies run to megabytes
+        if dialects.detect(flow.request.path, doc, flow.request.headers) is None:
+            self._plans.pop(flow, None)  # e.g. another engine's /generate: not ours to fault
+            return
+        if plan is None:
+            plan = self._new_plan(flow)
+        plan.turn = turn_number(doc)
+        plan.body_bytes = len(flow.request.raw_content or b"")
+        if self._maybe_too_large(flow, plan, plan.body_bytes):
+            return
+        if await self._maybe_blackhole(flow, plan):
+            return
+        self._maybe_truncate(flow, plan, body)
+        cfg = self.config
+        plan.stream_faults = (
+            plan.fires and cfg.filters_stream and plan.body_bytes > cfg.min_body and plan.turn >= cfg.from_turn
+        )
+
+    def _new_plan(self, flow: http.HTTPFlow) -> _Plan:
+        cfg = self.config
+        index = self._draws
+        self._draws += 1
+        plan = self._plans[flow] = _Plan(index=index, fires=coin(cfg.probability, cfg.seed, index))
+        return plan
+
+    def _maybe_too_large(self, flow: http.HTTPFlow, plan: _Plan, size: int) -> bool:
+        limit = self.config.max_body
+        if not limit or size <= limit or not plan.fires:
+            return False
+        message = f"request body of {size} bytes is larger than {limit} bytes"
+        flow.response = http.Response.make(413, _error_body(413, message), {"content-type": "application/json"})
+        plan.answered = True
+        self._fired(flow, plan, "max_body", f"answered 413 without contacting the upstream: {message}")
+        return True
+
+    async def _maybe_blackhole(self, flow: http.HTTPFlow, plan: _Plan) -> bool:
+        limit = self.config.idle_blackhole
+        last = self._last_done.get(flow.client_conn.id)
+        if not limit or last is None or not plan.fires:
+            return False
+        idle = time.monotonic() - last
+        if idle <= limit:
+            return False
+        plan.answered = True
+        self._fired(flow, plan, "idle_blackhole", f"connection idle {idle:.1f} s > {limit:g} s: never answering")
+        await self._hold(flow, self.config.stall_seconds)
+        _kill(flow)  # mitmproxy then drops the request: it never reaches the upstream
+        return True
+
+    def _maybe_truncate(self, flow: http.HTTPFlow, plan: _Plan, body: bytes) -> None:
+        keep = self.config.truncate_messages
+        if not keep or not plan.fires:
+            return
+        cut = truncate_messages(body, keep)
+        if cut is None:
+            return
+        flow.request.content = cut  # also fixes Content-Length
+        self._fired(
+            flow, plan, "truncate_messages", f"messages cut to the last {keep}: body {len(body)} -> {len(cut)} bytes"
+        )
+
+    # ---------------------------------------------------------------------------------------
+    # responses
+
+    async def _on_responseheaders(self, flow: http.HTTPFlow) -> None:
+        response = flow.response
+        assert response is not None
+        plan = self._live_plan(flow)
+        if plan is None or plan.answered:
+            if _is_sse(response):
+                response.stream = True  # a correct proxy streams SSE (mitmproxy buffers by default)
+            return
+        cfg = self.config
+        if cfg.delay_headers and plan.fires:
+            self._fired(flow, plan, "delay_headers", f"response headers held for {cfg.delay_headers:g} s")
+            await self._hold(flow, cfg.delay_headers)
+        if not _is_sse(response):
+            return  # a JSON body: mitmproxy forwards it whole, as any proxy would
+        plan.filter = self._make_filter(flow, plan)
+        if cfg.buffer and plan.fires:
+            plan.buffered = True  # stream stays unset: mitmproxy reads the whole body first
+            self._fired(flow, plan, "buffer", "SSE response buffered until its end")
+        elif plan.filter is None:
+            response.stream = True
+        else:
+            self._ensure_chunked(flow)
+            response.stream = self._stream_fn(flow, plan, plan.filter)
+
+    def _make_filter(self, flow: http.HTTPFlow, plan: _Plan) -> SSEFilter | None:
+        if not plan.stream_faults:
+            return None
+        encoding = flow.response.headers.get("content-encoding", "").strip().lower()  # type: ignore[union-attr]
+        if encoding not in ("", "identity"):
+            self._fired(
+                flow, plan, "skipped", f"stream faults not applied: body is {encoding}-encoded", logging.WARNING
+            )
+            return None
+        cfg = self.config
+        cut = cfg.cut_after
+        keepalive = cfg.stall_keepalive and cut is not None and not cfg.cut_is_reset
+        return SSEFilter(cut_after=cut, drop_terminal=cfg.drop_terminal, keepalive=keepalive)
+
+    def _ensure_chunked(self, flow: http.HTTPFlow) -> None:
+        """Send a filtered HTTP/1.1 body chunked: its length changes, and a client must be able to
+        tell a cut body (reset) from a complete one, which a close-delimited body cannot show."""
+        response = flow.response
+        assert response is not None
+        if flow.request.http_version != "HTTP/1.1" or "chunked" in response.headers.get("transfer-encoding", ""):
+            return
+        response.headers.pop("content-length", None)
+        response.headers["transfer-encoding"] = "chunked"
+
+    def _stream_fn(self, flow: http.HTTPFlow, plan: _Plan, flt: SSEFilter) -> Callable[[bytes], list[bytes]]:
+        """The `flow.response.stream` callable: runs on mitmproxy's event loop, must not block."""
+
+        def stream(chunk: bytes) -> list[bytes]:
+            if plan.disabled:
+                return [chunk] if chunk else []
+            try:
+                out = flt.feed(chunk) if chunk else flt.close()
+                self._after_filter(flow, plan, flt)
+            except Exception:
+                self._failed(flow, "stream")
+                return [chunk] if chunk else []
+            # Never return b"" to withhold: mitmproxy 11 writes it as an empty HTTP/1 chunk, which
+            # is the end of a chunked body. No chunk at all is what withholds.
+            return [out] if out else []
+
+        return stream
+
+    def _after_filter(self, flow: http.HTTPFlow, plan: _Plan, flt: SSEFilter) -> None:
+        """Log what the filter did and, when the cut is a reset, reset the client."""
+        cfg = self.config
+        if flt.terminals_dropped:
+            self._fired(flow, plan, "drop_terminal", "terminal marker dropped")
+        if not flt.cut_passed:
+            return
+        detail = f"after {cfg.cut_after} events (turn {plan.turn}, request body {plan.body_bytes} bytes)"
+        if cfg.cut_is_reset:
+            self._fired(flow, plan, "reset_after", f"client connection closed {detail}")
+            if not plan.buffered and not plan.reset_sent:
+                plan.reset_sent = True
+                self._reset_client(flow)
+        elif cfg.stall_keepalive:
+            self._fired(flow, plan, "stall_keepalive", f"stalled with keep-alive comments {detail}")
+        else:
+            self._fired(flow, plan, "stall_after", f"stalled {detail}")
+
+    def _reset_client(self, flow: http.HTTPFlow) -> None:
+        handler = self._connection_handler(flow.client_conn)
+        if handler is None:
+            _kill(flow)  # acts only at the response hook, when the upstream body has ended
+            return
+        # After this chunk has been written: mitmproxy sends what the stream callable returns
+        # once it returns, and closing flushes what was written.
+        asyncio.get_running_loop().call_soon(self._close_client, flow, handler)
+
+    @staticmethod
+    def _connection_handler(client: Client) -> Any:
+        proxyserver = ctx.master.addons.get("proxyserver")
+        connections = getattr(proxyserver, "connections", None)
+        return connections.get(client.id) if connections is not None else None
+
+    def _close_client(self, flow: http.HTTPFlow, handler: Any) -> None:
+        try:
+            if flow.client_conn in handler.transports:
+                handler.close_connection(flow.client_conn)
+        except Exception:
+            self._failed(flow, "reset")
+
+    async def _on_response(self, flow: http.HTTPFlow) -> None:
+        self._mark_done(flow)
+        plan = self._live_plan(flow)
+        if plan is None or plan.answered or plan.filter is None:
+            return
+        flt = plan.filter
+        if plan.buffered:
+            body = flow.response.raw_content or b""  # type: ignore[union-attr]
+            flow.response.content = flt.feed(body) + flt.close()  # type: ignore[union-attr]
+            self._after_filter(flow, plan, flt)
+        if not flt.cut_passed:
+            return
+        if self.config.cut_is_reset:
+            if plan.buffered or not plan.reset_sent:
+                _kill(flow)  # buffered: nothing was sent yet, the client gets no response at all
+            return
+        if not await self._hold(flow, self.config.stall_seconds):
+            self._fired(flow, plan, "stall_end", f"stall of {self.config.stall_seconds:g} s over: connection dropped")
+            _kill(flow)  # a wedged hop that gives up: the client sees a cut body, not a clean end
+
+    def _mark_done(self, flow: http.HTTPFlow) -> None:
+        """Remember when the connection's last response ended (for the idle blackhole)."""
+        if not _client_gone(flow.client_conn):  # a closed connection's entry would never be removed
+            self._last_done[flow.client_conn.id] = time.monotonic()
+
+    # ---------------------------------------------------------------------------------------
+    # helpers
+
+    def _live_plan(self, flow: http.HTTPFlow) -> _Plan | None:
+        plan = self._plans.get(flow)
+        return plan if plan is not None and not plan.disabled else None
+
+    async def _hold(self, flow: http.HTTPFlow, seconds: float) -> bool:
+        """Wait `seconds`, or until the client has gone; True when it went."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while not _client_gone(flow.client_conn):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            await asyncio.sleep(min(_POLL, remaining))
+        return True
+
+    def _fired(self, flow: http.HTTPFlow, plan: _Plan, name: str, detail: str, level: int = logging.INFO) -> None:
+        """Log a fault (or why one did not apply) once per flow."""
+        if name in plan.logged:
+            return
+        plan.logged.add(name)
+        logger.log(level, f"proxycheck fault {name}: {flow.request.method} {flow.request.path}: {detail}")
