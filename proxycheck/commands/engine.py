@@ -1,12 +1,17 @@
-"""`proxycheck engine --listen HOST:PORT`: the reference engine (see `proxycheck.io.engine`)."""
+"""`proxycheck engine --listen HOST:PORT [--replay DIR]`: the reference engine (see
+`proxycheck.io.engine`), answering synthetically or with the responses of a recording."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+from typing import TYPE_CHECKING
 
-from proxycheck.commands.common import EXIT_OK
+from proxycheck.commands.common import EXIT_OK, print_warnings
 from proxycheck.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from proxycheck.core.replaymatch import ReplayMatcher
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -55,9 +60,27 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--seed", type=int, default=0, help="changes every answer (default 0)")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
                    help="inject a server fault: stall:after=K, close:after=K, delay_headers:seconds=S, "
-                   "status:code=C, drop_terminal; each may add from_turn=T and p=P (repeatable)")
+                   "status:code=C, drop_terminal; each may add from_turn=T and p=P (repeatable; with --replay, "
+                   "K counts recorded chunks)")
+    p.add_argument("--replay", metavar="DIR",
+                   help="answer with the responses of this recording (matched by session and turn, else request "
+                   "digest, else longest shared prefix), with their recorded status, headers and timing")
+    p.add_argument("--replay-speed", type=_non_negative, default=None, metavar="X",
+                   help="with --replay: divide recorded times by X (2 = twice as fast, 0 = no waiting; default 1)")
     p.add_argument("--access-log", action="store_true", help="log every request")
     p.set_defaults(run=run)
+
+
+def load_replay(directory: str) -> "ReplayMatcher":
+    """The matcher for a recording; BadInput (before any server starts) when it is unusable."""
+    from proxycheck.core.replaymatch import ReplayMatcher
+    from proxycheck.io.storage import load
+
+    recording = load(directory)
+    print_warnings([str(w) for w in recording.warnings])
+    if not recording.exchanges:
+        raise BadInput(directory, "the recording holds no exchanges to replay")
+    return ReplayMatcher(recording.exchanges, recording.piece)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,14 +89,23 @@ def run(args: argparse.Namespace) -> int:
     from proxycheck.io.engine import EngineConfig, announce, serve
 
     host, port = parse_listen(args.listen)
+    faults = tuple(parse_fault(f) for f in args.fault)
+    if args.replay_speed is not None and args.replay is None:
+        raise BadInput("--replay-speed", "only applies with --replay DIR")
+    # Loaded before the server starts, so a bad recording is one line and exit 2, not a 500 later.
+    replay = load_replay(args.replay) if args.replay is not None else None
+    if replay is not None:
+        print(f"proxycheck engine: replaying {len(replay)} exchange(s) of {args.replay}", flush=True)
     config = EngineConfig(
         timing=synth.Timing(args.ttft_base, args.ttft_per_kb, args.token_interval),
         tool_call_rate=args.tool_call_rate,
         seed=args.seed,
         model=args.model,
         keepalive_timeout=args.keepalive_timeout,
-        faults=tuple(parse_fault(f) for f in args.fault),
+        faults=faults,
         access_log=args.access_log,
+        replay=replay,
+        replay_speed=1.0 if args.replay_speed is None else args.replay_speed,
     )
     try:
         asyncio.run(serve(config, host, port, ready=announce))

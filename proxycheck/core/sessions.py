@@ -19,12 +19,21 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from proxycheck.core.bodies import prefix_digests
 
 DEFAULT_SESSION_HEADERS = ("x-session-id", "x-conversation-id")
 DEFAULT_SESSION_FIELDS = ("session_id", "conversation_id", "user", "metadata.user_id")
+
+
+def turn_number(request: Mapping[str, Any] | None) -> int:
+    """The turn of a parsed request body: the assistant messages in its history, plus one (1 when
+    it has no `messages` list). Hops and engines that see one request at a time use it."""
+    messages = request.get("messages") if request is not None else None
+    if type(messages) is not list:
+        return 1
+    return 1 + sum(1 for m in messages if type(m) is dict and m.get("role") == "assistant")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ import hashlib
 import json
 from collections import deque
 
+from proxycheck.core import sessions
 from proxycheck.core.sse import SSEComment, SSEEvent, SSEItem, SSEParser
 
 __all__ = [
@@ -208,14 +209,8 @@ def _json_object(body: bytes | str | dict | None) -> dict | None:
 
 
 def turn_number(body: bytes | str | dict | None) -> int:
-    """The turn of a request: the number of assistant messages in its `messages` plus one
-    (1 when there are none, or the body is not a JSON object with a `messages` list). The body
-    may be given parsed."""
-    doc = _json_object(body)
-    messages = doc.get("messages") if doc is not None else None
-    if type(messages) is not list:
-        return 1
-    return 1 + sum(1 for m in messages if type(m) is dict and m.get("role") == "assistant")
+    """The turn of a request body, raw or parsed (see `proxycheck.core.sessions.turn_number`)."""
+    return sessions.turn_number(_json_object(body))
 
 
 def truncate_messages(body: bytes | str, keep: int) -> bytes | None:

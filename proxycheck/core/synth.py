@@ -132,14 +132,6 @@ def tool_rounds_since_user(dialect: str, messages: Sequence[Any]) -> int:
     return rounds
 
 
-def turn_of(dialect: str, req: Mapping[str, Any]) -> int:
-    """The turn number of a request: the assistant messages in its history, plus one."""
-    messages = req.get("messages")
-    if not isinstance(messages, list):
-        return 1
-    return 1 + sum(1 for m in messages if isinstance(m, Mapping) and m.get("role") == "assistant")
-
-
 def _has_block(content: Any, kind: str) -> bool:
     return isinstance(content, list) and any(isinstance(b, Mapping) and b.get("type") == kind for b in content)
 

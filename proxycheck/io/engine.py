@@ -10,6 +10,15 @@ Every response carries `x-proxycheck-request-sha256` and `x-proxycheck-request-b
 as received, so a hop that alters requests is caught. Idle keep-alive connections are closed
 after `keepalive_timeout` (5 s by default, like vLLM's uvicorn server), so hops that reuse stale
 pooled connections fail here as they do in production.
+
+Replay mode (`EngineConfig.replay`, `proxycheck engine --replay DIR`): every POST, on any path,
+is answered with a recorded response instead, chosen by `proxycheck.core.replaymatch` (which also
+plans the timeline); this module plays the plan: recorded status and headers, the body at its
+recorded (scaled) times, then the recorded end: complete, a reset, or a held, silent connection.
+Replayed answers also carry `x-proxycheck-replay-match: RULE xid=N`; a request that nothing
+recorded answers gets a 404. Faults apply as in synthetic mode, counting recorded chunks instead
+of events; `from_turn` counts assistant messages when the body has a message list, else it is the
+matched session turn.
 """
 
 from __future__ import annotations
@@ -25,13 +34,18 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from proxycheck.core import synth, wire
-from proxycheck.core.faultspec import FaultSpec, active_faults
+from proxycheck.core.faultspec import ActiveFaults, FaultSpec, active_faults
+from proxycheck.core.replaymatch import COMPLETE, HOLD, Match, NoMatch, ReplayMatcher, ReplayPlan, plan_replay
+from proxycheck.core.sessions import turn_number
 
-SHA_HEADER = "x-proxycheck-request-sha256"
-BYTES_HEADER = "x-proxycheck-request-bytes"
+SHA_HEADER, BYTES_HEADER = wire.SHA_HEADER, wire.BYTES_HEADER
 TURN_HEADER = "x-proxycheck-turn"
+MATCH_HEADER = "x-proxycheck-replay-match"
+# How often a held (wedged) response looks whether its client is still there.
+HOLD_POLL = 0.25
 
 _CACHE_SIZE = 4096  # answers kept per engine (a few MB at most)
 
@@ -52,6 +66,8 @@ class EngineConfig:
     keepalive_timeout: float = 5.0
     faults: tuple[FaultSpec, ...] = ()
     access_log: bool = False
+    replay: ReplayMatcher | None = None  # answer with a recording instead of synthetic answers
+    replay_speed: float = 1.0  # recorded times are divided by this; 0 = no waiting
 
 
 class _Closed(Exception):
@@ -65,11 +81,17 @@ class Engine:
         self.config = config
         self.requests = 0
         self._cache: dict[tuple[str, str, bool, str], tuple[synth.Plan, wire.Wire]] = {}
+        # Set when the server stops, so held (wedged) replays let go instead of delaying it.
+        self.stopping = asyncio.Event()
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1 << 30)
-        for path, dialect in ROUTES.items():
-            app.router.add_post(path, self._generation(dialect))
+        if self.config.replay is not None:
+            # A recording may come from any API prefix (/openai/v1/..., /api/...): every POST.
+            app.router.add_post("/{path:.*}", self.replay)
+        else:
+            for path, dialect in ROUTES.items():
+                app.router.add_post(path, self._generation(dialect))
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         return app
@@ -92,14 +114,14 @@ class Engine:
         start = time.monotonic()
         body = await request.read()
         self.requests += 1
-        digest = {SHA_HEADER: hashlib.sha256(body).hexdigest(), BYTES_HEADER: str(len(body))}
+        digest = _digest(body)
         try:
             req = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             return _error(400, "the request body is not JSON", digest)
         if not isinstance(req, dict):
             return _error(400, "the request body is not a JSON object", digest)
-        turn = synth.turn_of(dialect, req)
+        turn = turn_number(req)
         digest[TURN_HEADER] = str(turn)
         faults = active_faults(self.config.faults, turn=turn, draw=synth.seed_of(body, self.config.seed + self.requests))
         plan, encoded = self._answer(dialect, req, body, digest[SHA_HEADER])
@@ -166,23 +188,128 @@ class Engine:
             sent = end
         if faults.stall_after is not None and sent >= faults.stall_after:
             # Hold the connection open and silent: the client sees a wedge, not an end.
-            await asyncio.sleep(faults.stall_seconds)
-            _abort(request)
+            await self._hold(request, faults.stall_seconds)
+            _hang_up(request)
             raise _Closed
         if faults.close_after is not None and sent >= faults.close_after:
-            _abort(request)
+            _hang_up(request)
             raise _Closed
         try:
             await resp.write_eof()
         except (ConnectionError, RuntimeError) as exc:
             raise _Closed from exc
 
+    # Replay mode ---------------------------------------------------------------------------
 
-def _abort(request: web.Request) -> None:
-    """Drop the connection without finishing the response (the client sees a reset)."""
+    async def replay(self, request: web.Request) -> web.StreamResponse:
+        """Answer with the recorded exchange that matches this request (or 404)."""
+        body = await request.read()
+        # Recorded times start when the recorder had the whole request, so ours start here too.
+        start = time.monotonic()
+        self.requests += 1
+        headers = _digest(body)
+        matcher = self.config.replay
+        if matcher is None:  # this route is installed in replay mode only
+            raise web.HTTPNotFound()
+        found = matcher.match(request.method, request.path_qs, request.headers.items(), body)
+        if isinstance(found, NoMatch):
+            return _error(404, found.reason, headers, "NotFoundError")
+        headers[MATCH_HEADER] = found.header
+        faults = self._replay_faults(found, body)
+        if faults.status:
+            await asyncio.sleep(faults.delay_headers)
+            return _error(faults.status, f"injected fault: status {faults.status}", headers)
+        plan = plan_replay(found.exchange, self.config.replay_speed, faults)
+        return await self._play(request, plan, start, headers)
+
+    def _replay_faults(self, found: Match, body: bytes) -> ActiveFaults:
+        try:
+            req = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            req = None
+        if isinstance(req, dict) and isinstance(req.get("messages"), list):
+            turn = turn_number(req)  # counted as in synthetic mode
+        else:
+            turn = found.turn or 1
+        draw = synth.seed_of(body, self.config.seed + self.requests)
+        return active_faults(self.config.faults, turn=turn, draw=draw)
+
+    async def _play(self, request: web.Request, plan: ReplayPlan, start: float,
+                    extra: dict[str, str]) -> web.StreamResponse:
+        if plan.status is None:
+            # No response headers were recorded: send none, then the recorded reset or wedge.
+            await _sleep_until(start + plan.end_at)
+            if plan.ending == HOLD:
+                await self._hold(request, plan.hold_for)
+            _hang_up(request)
+            return web.Response()  # never sent: the connection is gone
+        headers = _replay_headers(plan, extra)
+        if not plan.streamed:
+            await _sleep_until(start + plan.headers_at)
+            body = b"".join(data for _, data in plan.writes)
+            return web.Response(status=plan.status, reason=plan.reason, body=body, headers=headers)
+        resp = web.StreamResponse(status=plan.status, reason=plan.reason, headers=headers)
+        await _sleep_until(start + plan.headers_at)
+        try:
+            await resp.prepare(request)
+            for at, data in plan.writes:
+                await _sleep_until(start + at)
+                await _write(resp, data)
+            await _sleep_until(start + plan.end_at)
+            if plan.ending == COMPLETE:
+                await resp.write_eof()
+                return resp
+            if plan.ending == HOLD:
+                await self._hold(request, plan.hold_for)
+            _hang_up(request)  # ABORT, or a hold that ended
+        except (ConnectionError, RuntimeError, _Closed):
+            pass  # the client went away
+        return resp
+
+    async def _hold(self, request: web.Request, seconds: float | None) -> None:
+        """Keep the connection open and silent for `seconds` (None: indefinitely), until the
+        client goes away or the server stops."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while _connected(request) and not self.stopping.is_set():
+            wait = HOLD_POLL if deadline is None else min(HOLD_POLL, deadline - time.monotonic())
+            if wait <= 0:
+                return
+            try:
+                await asyncio.wait_for(self.stopping.wait(), wait)
+            except TimeoutError:
+                pass
+
+
+def _digest(body: bytes) -> dict[str, str]:
+    return {SHA_HEADER: hashlib.sha256(body).hexdigest(), BYTES_HEADER: str(len(body))}
+
+
+def _replay_headers(plan: ReplayPlan, extra: dict[str, str]) -> CIMultiDict[str]:
+    """The recorded headers (repeated names kept), with ours replacing any recorded ones."""
+    headers: CIMultiDict[str] = CIMultiDict(plan.headers)
+    for name, value in extra.items():
+        headers[name] = value
+    return headers
+
+
+async def _write(resp: web.StreamResponse, data: bytes) -> None:
+    try:
+        await resp.write(data)
+    except (ConnectionError, RuntimeError) as exc:
+        raise _Closed from exc
+
+
+def _connected(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is not None and not transport.is_closing()
+
+
+def _hang_up(request: web.Request) -> None:
+    """Close the connection mid-response once what was written has gone out (the client sees
+    the recorded bytes, then a reset); `transport.abort()` would discard bytes still buffered."""
     transport = request.transport
     if transport is not None:
-        transport.abort()
+        transport.close()
 
 
 async def _sleep_until(deadline: float) -> None:
@@ -192,9 +319,9 @@ async def _sleep_until(deadline: float) -> None:
         await asyncio.sleep(delay)
 
 
-def _error(status: int, message: str, headers: dict[str, str]) -> web.Response:
-    doc = {"object": "error", "message": message, "type": "BadRequestError" if status < 500 else "InternalServerError",
-           "code": status}
+def _error(status: int, message: str, headers: dict[str, str], kind: str | None = None) -> web.Response:
+    kind = kind or ("BadRequestError" if status < 500 else "InternalServerError")
+    doc = {"object": "error", "message": message, "type": kind, "code": status}
     return web.Response(status=status, body=json.dumps(doc), content_type="application/json", headers=headers)
 
 
@@ -221,6 +348,7 @@ async def serve(config: EngineConfig, host: str, port: int, ready: Callable[[str
     try:
         await stop.wait()
     finally:
+        engine.stopping.set()
         await runner.cleanup()
 
 

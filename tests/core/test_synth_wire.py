@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from proxycheck.core import dialects, synth, wire
 from proxycheck.core.model import EventKind
+from proxycheck.core.sessions import turn_number
 from proxycheck.core.sse import SSEEvent, parse
 
 TIMING = synth.Timing(ttft_base=0.1, ttft_per_kb=0.01, interval=0.02)
@@ -72,7 +73,7 @@ def test_agent_loops_end_after_two_tool_rounds() -> None:
     req = {"messages": history, "tools": TOOLS_OPENAI}
     assert synth.tool_rounds_since_user("openai_chat", history) == 2
     assert not synth.plan("openai_chat", req, json.dumps(req).encode(), TIMING, tool_call_rate=1.0).tool_calls
-    assert synth.turn_of("openai_chat", req) == 3
+    assert turn_number(req) == 3
     req["tool_choice"] = "none"
     assert synth.offered_tools("openai_chat", req) == []
 
