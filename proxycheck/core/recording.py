@@ -13,7 +13,8 @@ Journal records (`k` is the kind; `x` the exchange number; `t` seconds since `st
     {"k":"req","x":N,"t":T,"method":..,"url":..,"http":..,"headers":[[name,value],..],
      "body":BODY,"redacted":[..],"conn":{..}}    the request, journaled when it arrives
     {"k":"resp","x":N,"t":T,"status":200,"reason":"OK","http":..,"headers":[..],"stream":true,
-     "conn":{..}}                                 response headers
+     "conn":{..}}                                 response headers ("timing":false when imported
+                                                  from a format without chunk arrival times)
     {"k":"data","x":N,"c":[[T,LEN],..],"v":TEXT} response bytes as they arrived: chunk arrival
                                                   times and sizes, their bytes joined ("b64" when
                                                   not UTF-8)
@@ -159,6 +160,7 @@ class RecordedExchange:
     reason: str | None = None
     response_headers: Headers = ()
     streamed: bool | None = None
+    chunk_timing: bool = True  # False when imported from a format that kept no arrival times
     chunks: tuple[tuple[float, int], ...] = ()
     response_body: bytes = b""
     t_end: float | None = None
@@ -287,6 +289,7 @@ class RecordingBuilder:
             reason=_opt_str(rec.get("reason")),
             response_headers=decode_headers(rec.get("headers", [])),
             streamed=bool(rec["stream"]) if "stream" in rec else None,
+            chunk_timing=rec.get("timing", True) is not False,
         )
         conn = Connection.from_record(rec.get("conn"))
         if conn is not None:

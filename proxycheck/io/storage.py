@@ -166,7 +166,10 @@ class RecordingWriter:
         http_version: str | None = None,
         conn: dict[str, Any] | None = None,
         t: float | None = None,
+        chunk_timing: bool = True,
     ) -> None:
+        """Journal the response headers. `chunk_timing=False` says the chunks that follow carry
+        no real arrival times (an import from HAR, say), so timing analyses must not trust them."""
         headers, _ = redact_headers(headers, self.policy)
         rec: dict[str, Any] = {
             "k": "resp",
@@ -180,6 +183,8 @@ class RecordingWriter:
         }
         if conn:
             rec["conn"] = conn
+        if not chunk_timing:
+            rec["timing"] = False
         with self._lock:
             self._append(fmt.dumps(rec))
 

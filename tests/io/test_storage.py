@@ -278,3 +278,16 @@ def test_fuzzed_journals_load_or_fail_cleanly(tmp_path_factory, data) -> None:
             pass  # a piece lost to the damage is named, not a crash
     sessions = summarize(rec.exchanges, rec.piece)  # and what loaded can be listed
     assert sum(len(s.turns) for s in sessions) == len(rec.exchanges)
+
+
+def test_imported_streams_are_marked_as_having_no_chunk_timing(tmp_path: Path) -> None:
+    w = RecordingWriter(tmp_path / "rec")
+    x = w.request("POST", "http://e/v1/chat/completions", [], body(1))
+    w.response(x, 200, "OK", [("content-type", "text/event-stream")], streamed=True, chunk_timing=False, t=1.0)
+    w.data(x, SSE, t=1.0)
+    w.end(x, t=1.0)
+    y = w.request("POST", "http://e/v1/chat/completions", [], body(1))
+    w.response(y, 200, "OK", [], streamed=True)
+    w.close()
+    imported, recorded = load(tmp_path / "rec").exchanges
+    assert not imported.chunk_timing and recorded.chunk_timing
