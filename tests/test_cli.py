@@ -167,3 +167,19 @@ def test_sessions_over_50_mb_bodies_stays_small(tmp_path: Path) -> None:
     # Listing sessions never reads the 55 MB and 60 MB pieces: the process is about as large as
     # for the small example (RSS is in KiB).
     assert large - small < 20 * 1024, (small, large)
+
+
+def test_session_headers_named_at_record_time_are_used(tmp_path: Path, capsys) -> None:
+    from proxycheck.io.storage import RecordingWriter
+
+    w = RecordingWriter(tmp_path / "rec", source={"session_headers": ["x-trace"]})
+    for trace in ("a", "b", "a"):
+        x = w.request("POST", "http://e/v1/completions", [("x-trace", trace)], b'{"prompt": "p"}')
+        w.end(x)
+    w.close()
+    assert main(["sessions", str(tmp_path / "rec"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(s["id"], s["grouped_by"], len(s["turns"])) for s in doc["sessions"]] == [
+        ("a", "header:x-trace", 2),
+        ("b", "header:x-trace", 1),
+    ]

@@ -35,6 +35,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(run=run)
 
 
+def recorded_session_headers(meta: dict) -> tuple[str, ...]:
+    """Session headers the recorder was told about (`proxycheck_session_header`), if any."""
+    source = meta.get("source")
+    names = source.get("session_headers") if isinstance(source, dict) else None
+    return tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
+
+
 def run(args: argparse.Namespace) -> int:
     from proxycheck.core.summary import summarize, to_json
     from proxycheck.io.storage import load
@@ -43,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     sessions = summarize(
         recording.exchanges,
         recording.piece,
-        session_headers=args.session_header or DEFAULT_SESSION_HEADERS,
+        session_headers=args.session_header or recorded_session_headers(recording.meta) + DEFAULT_SESSION_HEADERS,
         session_fields=args.session_field or DEFAULT_SESSION_FIELDS,
     )
     warnings = [str(w) for w in recording.warnings]
