@@ -182,6 +182,18 @@ class RecordedExchange:
         slash = rest.find("/")
         return rest[slash:] if slash >= 0 else "/"
 
+    def timed_chunks(self) -> list[tuple[float, bytes]]:
+        """The response as (arrival offset, bytes) chunks, every byte included."""
+        out: list[tuple[float, bytes]] = []
+        data, pos = self.response_body, 0
+        for t, n in self.chunks:
+            out.append((t, data[pos : pos + n]))
+            pos += n
+        if pos < len(data):  # sizes that fall short (a damaged record) lose no bytes
+            end = self.chunks[-1][0] if self.chunks else (self.t_response or self.t_request)
+            out.append((end, data[pos:]))
+        return [(t, c) for t, c in out if c]
+
     def request_header(self, name: str) -> HeaderValue | None:
         low = name.lower()
         for n, v in self.request_headers:

@@ -412,7 +412,7 @@ def plan_replay(exchange: RecordedExchange, speed: float, faults: ActiveFaults |
         return _delayed(ReplayPlan(None, None, (), True, 0.0, (), HOLD, 0.0), faults)
 
     headers_at = at(exchange.t_response)
-    writes = tuple((max(headers_at, at(t)), data) for t, data in timed_chunks(exchange))
+    writes = tuple((max(headers_at, at(t)), data) for t, data in exchange.timed_chunks())
     last = writes[-1][0] if writes else headers_at
     headers = response_headers(exchange.response_headers)
     reason = _clean_reason(exchange.reason)
@@ -430,19 +430,6 @@ def plan_replay(exchange: RecordedExchange, speed: float, faults: ActiveFaults |
         plan = ReplayPlan(exchange.status, reason, headers, True, headers_at, writes, COMPLETE,
                           max(last, at(exchange.t_end)))
     return _delayed(_with_faults(plan, faults), faults)
-
-
-def timed_chunks(exchange: RecordedExchange) -> list[tuple[float, bytes]]:
-    """The recorded response as (arrival offset, bytes) chunks, every byte included."""
-    out: list[tuple[float, bytes]] = []
-    data, pos = exchange.response_body, 0
-    for t, n in exchange.chunks:
-        out.append((t, data[pos : pos + n]))
-        pos += n
-    if pos < len(data):  # sizes that fall short (a damaged record) lose no bytes
-        end = exchange.chunks[-1][0] if exchange.chunks else (exchange.t_response or exchange.t_request)
-        out.append((end, data[pos:]))
-    return [(t, c) for t, c in out if c]
 
 
 def response_headers(recorded: Iterable[tuple[str, HeaderValue]]) -> tuple[tuple[str, str], ...]:

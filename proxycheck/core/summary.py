@@ -85,22 +85,12 @@ def analyze_exchange(exchange: RecordedExchange, dialect: str | None) -> Respons
     if exchange.status is None:
         return None
     if is_streamed(exchange):
-        chunks = _timed_chunks(exchange)
+        chunks = exchange.timed_chunks()
         end = exchange.t_end if exchange.t_end is not None else None
         return analyze_stream(dialect, chunks, end)
     if exchange.t_end is None:
         return ResponseAnalysis(dialect, None, False, bytes=len(exchange.response_body))
     return analyze_body(dialect, exchange.response_body, exchange.t_end)
-
-
-def _timed_chunks(exchange: RecordedExchange) -> list[tuple[float, bytes]]:
-    out = []
-    pos = 0
-    data = exchange.response_body
-    for t, n in exchange.chunks:
-        out.append((t, data[pos : pos + n]))
-        pos += n
-    return out
 
 
 def explicit_key(
