@@ -11,56 +11,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
-import re
 import sys
-from typing import Callable
-from urllib.parse import urlsplit
 
-from proxycheck.commands.common import EXIT_FAULT, EXIT_OK
+from proxycheck.commands.common import (
+    EXIT_FAULT,
+    EXIT_OK,
+    header_name,
+    http_url,
+    non_negative_int,
+    non_negative_seconds,
+    positive_int,
+    positive_seconds,
+)
 from proxycheck.core.conversation import DIALECTS
-
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
-
-
-def _bounded(kind: Callable[[str], float], what: str, ok: Callable[[float], bool]) -> Callable[[str], float]:
-    """An argparse `type`: parses with `kind`, refuses NaN, infinities and values not `ok`."""
-
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if not (math.isfinite(value) and ok(value)):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-        return value
-
-    return parse
-
-
-positive_int = _bounded(int, "a positive integer", lambda v: v >= 1)
-non_negative_int = _bounded(int, "a non-negative integer", lambda v: v >= 0)
-positive_seconds = _bounded(float, "a positive number of seconds", lambda v: v > 0)
-non_negative_seconds = _bounded(float, "a non-negative number of seconds", lambda v: v >= 0)
-
-
-def http_url(text: str) -> str:
-    """An http(s) URL with a host (and a valid port, if any)."""
-    try:
-        parts = urlsplit(text)
-        port_ok = parts.port is None or parts.port > 0  # .port raises ValueError when out of range
-    except ValueError:
-        port_ok = False
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL with a host")
-    return text
-
-
-def header_name(text: str) -> str:
-    if not _HEADER_NAME.match(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a valid header name")
-    return text
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -1,9 +1,16 @@
-"""What every command shares: exit statuses and how warnings are printed."""
+"""What every command shares: exit statuses, how warnings are printed, and argument types
+(argparse `type=` functions: a bad value is one line and exit 2, never a traceback)."""
 
 from __future__ import annotations
 
+import argparse
+import math
+import re
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
+from urllib.parse import urlsplit
+
+from proxycheck.core.errors import BadInput
 
 EXIT_OK, EXIT_FAULT, EXIT_BAD_INPUT = 0, 1, 2
 MAX_WARNINGS = 10
@@ -15,3 +22,59 @@ def print_warnings(warnings: Sequence[str]) -> None:
         print(f"proxycheck: warning: {w}", file=sys.stderr)
     if len(warnings) > MAX_WARNINGS:
         print(f"proxycheck: warning: ... and {len(warnings) - MAX_WARNINGS} more", file=sys.stderr)
+
+
+# Argument types --------------------------------------------------------------------------------
+
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
+
+
+def _bounded(kind: Callable[[str], float], what: str, ok: Callable[[float], bool]) -> Callable[[str], float]:
+    """An argparse `type`: parses with `kind`, refuses NaN, infinities and values not `ok`."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not (math.isfinite(value) and ok(value)):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+
+    return parse
+
+
+positive_int = _bounded(int, "a positive integer", lambda v: v >= 1)
+non_negative_int = _bounded(int, "a non-negative integer", lambda v: v >= 0)
+positive_seconds = _bounded(float, "a positive number of seconds", lambda v: v > 0)
+non_negative_seconds = _bounded(float, "a non-negative number of seconds", lambda v: v >= 0)
+non_negative_number = _bounded(float, "a non-negative number", lambda v: v >= 0)
+probability = _bounded(float, "a probability between 0 and 1", lambda v: 0 <= v <= 1)
+
+
+def http_url(text: str) -> str:
+    """An http(s) URL with a host (and a valid port, if any)."""
+    try:
+        parts = urlsplit(text)
+        port_ok = parts.port is None or parts.port > 0  # .port raises ValueError when out of range
+    except ValueError:
+        port_ok = False
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL with a host")
+    return text
+
+
+def header_name(text: str) -> str:
+    if not _HEADER_NAME.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a valid header name")
+    return text
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """`HOST:PORT`, `[v6]:PORT` or `:PORT` (loopback); port 0 lets the system choose."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise BadInput(f"--listen {text}", "expected HOST:PORT, e.g. 127.0.0.1:30000")
+    host = host.strip("[]") or "127.0.0.1"
+    return host, int(port)

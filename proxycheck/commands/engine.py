@@ -7,37 +7,11 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING
 
-from proxycheck.commands.common import EXIT_OK, print_warnings
+from proxycheck.commands.common import EXIT_OK, non_negative_number, parse_listen, print_warnings, probability
 from proxycheck.core.errors import BadInput
 
 if TYPE_CHECKING:
     from proxycheck.core.replaymatch import ReplayMatcher
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """`HOST:PORT`, `[v6]:PORT` or `:PORT` (loopback); port 0 lets the system choose."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise BadInput(f"--listen {text}", "expected HOST:PORT, e.g. 127.0.0.1:30000")
-    host = host.strip("[]") or "127.0.0.1"
-    return host, int(port)
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 0 or value != value:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
-    return value
-
-
-def _rate(text: str) -> float:
-    value = _non_negative(text)
-    if value > 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1")
-    return value
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -48,13 +22,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "deterministic answers and a configurable timing model.",
     )
     p.add_argument("--listen", required=True, metavar="HOST:PORT", help="address to listen on (port 0: any free port)")
-    p.add_argument("--ttft-base", type=_non_negative, default=0.05, metavar="S", help="time to first token, base (s)")
-    p.add_argument("--ttft-per-kb", type=_non_negative, default=0.002, metavar="S",
+    p.add_argument("--ttft-base", type=non_negative_number, default=0.05, metavar="S", help="time to first token, base (s)")
+    p.add_argument("--ttft-per-kb", type=non_negative_number, default=0.002, metavar="S",
                    help="time to first token added per KiB of request body (s)")
-    p.add_argument("--token-interval", type=_non_negative, default=0.02, metavar="S", help="time between tokens (s)")
-    p.add_argument("--keepalive-timeout", type=_non_negative, default=5.0, metavar="S",
+    p.add_argument("--token-interval", type=non_negative_number, default=0.02, metavar="S", help="time between tokens (s)")
+    p.add_argument("--keepalive-timeout", type=non_negative_number, default=5.0, metavar="S",
                    help="close idle keep-alive connections after S seconds (vLLM's default is 5)")
-    p.add_argument("--tool-call-rate", type=_rate, default=0.5, metavar="P",
+    p.add_argument("--tool-call-rate", type=probability, default=0.5, metavar="P",
                    help="probability that a turn offering tools answers with a tool call")
     p.add_argument("--model", default="proxycheck-reference", help="model name for /v1/models")
     p.add_argument("--seed", type=int, default=0, help="changes every answer (default 0)")
@@ -65,7 +39,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--replay", metavar="DIR",
                    help="answer with the responses of this recording (matched by session and turn, else request "
                    "digest, else longest shared prefix), with their recorded status, headers and timing")
-    p.add_argument("--replay-speed", type=_non_negative, default=None, metavar="X",
+    p.add_argument("--replay-speed", type=non_negative_number, default=None, metavar="X",
                    help="with --replay: divide recorded times by X (2 = twice as fast, 0 = no waiting; default 1)")
     p.add_argument("--access-log", action="store_true", help="log every request")
     p.set_defaults(run=run)
