@@ -178,7 +178,7 @@ def _url(value: Any, where: str, what: str) -> str:
         raise BadInput(where, f"{what} must be a URL string")
     parts = urlsplit(value)
     try:
-        parts.port  # raises for a port out of range
+        _ = parts.port  # raises for a port out of range
     except ValueError:
         raise BadInput(where, f"{what}: bad port in {value!r}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
