@@ -4,15 +4,15 @@ Each session behaves like an application built on the OpenAI or Anthropic SDK: O
 `httpx.AsyncClient` for its whole life (connection pooling and keep-alive across turns, so a hop
 that mishandles idle or reused connections shows up), the proxy given as the client's proxy, and a
 read timeout as the wedge detector. Sessions run concurrently. What to send comes from
-`proxycheck.core.conversation`; reading the stream is `StreamTracker`'s job; this module measures
-and classifies each turn into the outcome taxonomy (DESIGN.md, "Outcomes"). Failures are data:
-every httpx error ends up as a turn outcome, never as an exception out of `run_agent`.
+`proxycheck.core.conversation`; observing each turn (timing, watchdogs, the outcome taxonomy of
+DESIGN.md) is `proxycheck.io.observe.observe_httpx`, the replayer's own observer, so the agent and
+the replayer judge a turn alike; this module runs the sessions and reports their turns. Failures
+are data: every httpx error ends up as a turn outcome, never as an exception out of `run_agent`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from dataclasses import dataclass
 from typing import Literal
@@ -20,17 +20,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from proxycheck.core.analysis import ResponseAnalysis, StreamTracker
 from proxycheck.core.conversation import ENDPOINTS, Conversation, ConversationConfig
-from proxycheck.core.model import EventKind, Result
-from proxycheck.core.outcomes import Outcome, classify_recorded
-from proxycheck.core.wire import BYTES_HEADER, SHA_HEADER
+from proxycheck.core.observation import Observation
+from proxycheck.core.outcomes import Outcome
+from proxycheck.io.observe import ConnState, Observed, Watchdogs, observe_httpx
 
 ANTHROPIC_VERSION = "2023-06-01"
-# Events that move a response forward. Comments, pings and other bookkeeping (META) do not:
-# a hop that sends keep-alives while the engine behind it hangs is still a stall.
-_PROGRESS = frozenset({EventKind.CONTENT, EventKind.TERMINAL, EventKind.ERROR})
-_ERROR_BODY_LIMIT = 200  # characters of a non-2xx body quoted in the turn's detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,14 +146,14 @@ async def run_session(options: AgentOptions, url: str, session: str, t0: float) 
     )
     conversation = Conversation(config)
     headers = request_headers(options, session)
-    connections = _ConnectionIds()
+    connections = ConnState()
     turns: list[TurnReport] = []
     async with new_client(options) as client:
         for turn in range(1, options.turns + 1):
             if turn > 1 and options.think > 0:
                 await asyncio.sleep(options.think)
-            observed = await exchange(client, url, headers, conversation.encode(), options, t0)
-            report = observed.report(session, turn, conversation.message_count, connections)
+            observed = await exchange(client, url, headers, conversation.encode(), options, t0, connections)
+            report = turn_report(observed.observation, session, turn, conversation.message_count)
             turns.append(report)
             result = observed.result
             text = result.text if result else ""
@@ -171,195 +166,49 @@ async def run_session(options: AgentOptions, url: str, session: str, t0: float) 
     return SessionReport(session, tuple(turns))
 
 
-class _ConnectionIds:
-    """Numbers the TCP connections of one session (by local address) in the order they appear."""
-
-    def __init__(self) -> None:
-        self._ids: dict[str, int] = {}
-
-    def __call__(self, local: str | None) -> int | None:
-        if local is None:
-            return None
-        return self._ids.setdefault(local, len(self._ids) + 1)
-
-
-@dataclass(slots=True)
-class Observed:
-    """What one exchange produced, before it becomes a `TurnReport`."""
-
-    start: float  # from the run's start
-    request_bytes: int
-    outcome: Outcome
-    detail: str
-    status: int | None = None
-    local: str | None = None
-    duration: float | None = None
-    analysis: ResponseAnalysis | None = None
-
-    @property
-    def result(self) -> Result | None:
-        return self.analysis.result if self.analysis else None
-
-    def report(self, session: str, turn: int, messages: int, connections: _ConnectionIds) -> TurnReport:
-        a, r = self.analysis, self.result
-        usage = r.usage if r else None
-        return TurnReport(
-            session=session,
-            turn=turn,
-            start=self.start,
-            request_bytes=self.request_bytes,
-            messages=messages,
-            outcome=self.outcome,
-            detail=self.detail,
-            status=self.status,
-            connection=connections(self.local),
-            ttft=a.first_content if a else None,
-            duration=self.duration,
-            events=a.events if a else 0,
-            content_events=a.content_events if a else 0,
-            comments=a.comments if a else 0,
-            response_bytes=a.bytes if a else 0,
-            finish_reason=r.finish_reason if r else None,
-            tool_calls=tuple(c.name or "?" for c in r.tool_calls) if r else (),
-            completion_tokens=usage.completion_tokens if usage else None,
-        )
+def watchdogs(options: AgentOptions) -> Watchdogs:
+    """The agent's one read timeout, as an SDK's: it bounds the wait for headers and every
+    silence after them (silence meaning no content: keep-alive comments do not count)."""
+    return Watchdogs(connect=options.connect_timeout, headers=options.read_timeout, stall=options.read_timeout)
 
 
 async def exchange(
-    client: httpx.AsyncClient, url: str, headers: dict[str, str], body: bytes, options: AgentOptions, t0: float
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    body: bytes,
+    options: AgentOptions,
+    t0: float,
+    connections: ConnState,
 ) -> Observed:
     """POST one streamed request and read its response to the end, a failure, or a stall."""
-    start = time.monotonic()
-    observed = Observed(start - t0, len(body), Outcome.OK, "")
-    request = client.build_request("POST", url, headers=headers, content=body)
-    try:
-        response = await client.send(request, stream=True)
-    except httpx.HTTPError as exc:
-        observed.outcome, observed.detail = _before_headers(exc, options)
-        observed.duration = time.monotonic() - start
-        return observed
-    observed.status = response.status_code
-    observed.local = _local_address(response)
-    try:
-        if response.is_success:
-            await _read_stream(response, observed, options.dialect, options.read_timeout, start)
-            if observed.outcome is Outcome.OK:
-                _check_digest(response, body, observed)
-        else:
-            observed.outcome, observed.detail = Outcome.HTTP_ERROR, await _error_detail(response)
-    finally:
-        await response.aclose()
-    observed.duration = time.monotonic() - start
-    return observed
+    return await observe_httpx(
+        client, "POST", url, headers, body, dialect=options.dialect, streamed=True,
+        watchdogs=watchdogs(options), clock_origin=t0, conn_state=connections,
+    )  # fmt: skip
 
 
-def _check_digest(response: httpx.Response, body: bytes, observed: Observed) -> None:
-    """request_mutated when the engine reports having received other bytes than were sent (the
-    reference engine does; other servers send no digest and are not judged)."""
-    seen = response.headers.get(SHA_HEADER)
-    if seen is not None and seen != hashlib.sha256(body).hexdigest():
-        got = response.headers.get(BYTES_HEADER, "?")
-        observed.outcome = Outcome.REQUEST_MUTATED
-        observed.detail = f"the engine received {got} bytes with another digest; {len(body)} were sent"
-
-
-def _before_headers(exc: httpx.HTTPError, options: AgentOptions) -> tuple[Outcome, str]:
-    """The outcome of an exchange that failed before any response headers came."""
-    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError, httpx.UnsupportedProtocol)):
-        return Outcome.CONNECT_ERROR, _describe(exc)
-    if isinstance(exc, httpx.ReadTimeout):
-        return Outcome.STALL_BEFORE_HEADERS, f"no response headers within {options.read_timeout:g} s"
-    if isinstance(exc, httpx.WriteTimeout):
-        return Outcome.STALL_BEFORE_HEADERS, f"the request body was not accepted within {options.read_timeout:g} s"
-    if isinstance(exc, httpx.PoolTimeout):
-        return Outcome.CONNECT_ERROR, f"no connection within {options.connect_timeout:g} s"
-    return Outcome.RESET, f"closed before response headers: {_describe(exc)}"
-
-
-async def _read_stream(
-    response: httpx.Response, observed: Observed, dialect: str, stall: float, start: float
-) -> None:
-    """Feed the body to a tracker until it ends, fails, or makes no progress for `stall` s.
-
-    httpx's read timeout only fires when no *bytes* come; the deadline here also fires when
-    bytes come but no content does (keep-alive comments, pings), measured from the headers or
-    the last content event."""
-    tracker = StreamTracker(dialect)
-    loop = asyncio.get_running_loop()
-    last_progress = time.monotonic()
-    try:
-        async with asyncio.timeout(stall) as deadline:
-            async for chunk in response.aiter_bytes():
-                now = time.monotonic()
-                if any(kind in _PROGRESS for kind, _ in tracker.feed(chunk, now - start)):
-                    last_progress = now
-                    deadline.reschedule(loop.time() + stall)
-        tracker.close(time.monotonic() - start)
-    except (TimeoutError, httpx.ReadTimeout):
-        observed.analysis = tracker.analysis()
-        observed.outcome, observed.detail = _stall(observed.analysis, time.monotonic() - last_progress)
-        return
-    except httpx.HTTPError as exc:
-        observed.analysis = tracker.analysis()
-        observed.outcome, observed.detail = _broken(exc, observed.analysis)
-        return
-    observed.analysis = tracker.analysis()
-    observed.outcome, observed.detail = _ended(response, observed.analysis)
-
-
-def _stall(a: ResponseAnalysis, quiet: float) -> tuple[Outcome, str]:
-    received = f"{_kb(a.bytes)} received" + (f", {a.comments} comment(s)" if a.comments else "")
-    if a.result is not None and a.result.terminal:
-        return Outcome.STALL_MID_STREAM, f"the stream did not end {quiet:.1f} s after its terminal marker"
-    if a.content_events:
-        return Outcome.STALL_MID_STREAM, f"no content for {quiet:.1f} s after event {a.events} ({received})"
-    what = f"{a.events} event(s), {received}"
-    return Outcome.STALL_BEFORE_FIRST_EVENT, f"headers came, then no content for {quiet:.1f} s ({what})"
-
-
-def _broken(exc: httpx.HTTPError, a: ResponseAnalysis) -> tuple[Outcome, str]:
-    if isinstance(exc, httpx.DecodingError):
-        return Outcome.MALFORMED_STREAM, f"undecodable body: {_describe(exc)}"
-    progress = f"{a.events} event(s), {a.content_events} with content, {_kb(a.bytes)}"
-    return Outcome.RESET, f"connection closed mid-stream after {progress}: {_describe(exc)}"
-
-
-def _ended(response: httpx.Response, a: ResponseAnalysis) -> tuple[Outcome, str]:
-    """The outcome of a stream that ended cleanly (the taxonomy shared with recordings)."""
-    ctype = response.headers.get("content-type", "")
-    if a.events == 0 and "event-stream" not in ctype:
-        got = ctype or "no content-type"
-        return Outcome.MALFORMED_STREAM, f"expected text/event-stream, got {got} ({_kb(a.bytes)})"
-    classified = classify_recorded(
-        finished=True, error=None, interrupted=False, status=response.status_code, analysis=a
+def turn_report(obs: Observation, session: str, turn: int, messages: int) -> TurnReport:
+    """A turn as the agent reports it, from its observation."""
+    result = obs.result
+    return TurnReport(
+        session=session,
+        turn=turn,
+        start=obs.t_start,
+        request_bytes=obs.request_bytes,
+        messages=messages,
+        outcome=obs.outcome,
+        detail=obs.detail,
+        status=obs.status,
+        # Numbered when a response came on it: before headers, a reused connection is unknown.
+        connection=obs.connection if obs.status is not None else None,
+        ttft=obs.ttft,
+        duration=obs.end,
+        events=sum(1 for e in obs.events if e.kind != "comment"),
+        content_events=obs.content_events,
+        comments=obs.comments,
+        response_bytes=obs.response_bytes,
+        finish_reason=result.finish_reason if result else None,
+        tool_calls=tuple(c.name or "?" for c in result.tool_calls) if result else (),
+        completion_tokens=result.completion_tokens if result else None,
     )
-    return classified.outcome, classified.detail
-
-
-async def _error_detail(response: httpx.Response) -> str:
-    """`HTTP 413: <start of the body>`; the body is read under the client's timeouts."""
-    try:
-        text = (await response.aread()).decode("utf-8", "replace")
-    except httpx.HTTPError:
-        text = ""
-    text = " ".join(text.split())[:_ERROR_BODY_LIMIT]
-    return f"HTTP {response.status_code}: {text}" if text else f"HTTP {response.status_code}"
-
-
-def _local_address(response: httpx.Response) -> str | None:
-    """The client side of the TCP connection that carried the response (to tell reuse apart)."""
-    stream = response.extensions.get("network_stream")
-    try:
-        addr = stream.get_extra_info("client_addr") if stream is not None else None
-    except Exception:  # an exotic transport without the info: the turn just shows no connection
-        return None
-    return f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) and len(addr) >= 2 else None
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _kb(n: int) -> str:
-    return f"{n / 1000:.1f} KB" if n >= 1000 else f"{n} B"

@@ -3,7 +3,8 @@
 The format itself (records, body pieces, migrations) is `proxycheck.core.recording`; this module
 owns files: permissions (directories 0700, files 0600: recordings may hold private prompts),
 appending whole lines with one write each, buffering response chunks and flushing them at least
-every second, and reading a journal that a crash or a full disk may have left damaged.
+every second, and reading a journal that a crash or a full disk may have left damaged (the
+line-level rules, shared with runs, are `proxycheck.io.jsonl`).
 """
 
 from __future__ import annotations
@@ -24,28 +25,13 @@ from proxycheck.core import recording as fmt
 from proxycheck.core.errors import BadInput, StorageError
 from proxycheck.core.recording import RecordedExchange, Warning_
 from proxycheck.core.redact import RedactionPolicy, redact_body, redact_headers, redact_url
+from proxycheck.io.jsonl import atomic_write as _atomic_write
+from proxycheck.io.jsonl import ensure_line_end, open_append, read_records
+from proxycheck.io.jsonl import write_all as _write_all
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 FLUSH_INTERVAL = 1.0
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 class RecordingWriter:
@@ -94,11 +80,7 @@ class RecordingWriter:
                 self._next_xid, self._known = 1, set()
             # Offsets are measured on the monotonic clock, anchored to wall time once.
             self._base = clock() - (wall() - float(self.meta["started_at"]))
-            self._fd = os.open(
-                self.directory / fmt.JOURNAL_FILE,
-                os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                FILE_MODE,
-            )
+            self._fd = open_append(self.directory / fmt.JOURNAL_FILE, FILE_MODE)
         except OSError as exc:
             raise StorageError(f"{self.directory}: cannot write a recording here: {exc.strerror or exc}") from exc
 
@@ -378,46 +360,7 @@ def _read_metadata(path: Path) -> dict[str, Any]:
 
 def _journal_records(path: Path, warnings: list[Warning_]) -> Iterator[tuple[str, Any]]:
     """(where, record) for each readable line; damaged lines become warnings."""
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise BadInput(str(path), f"cannot read: {exc.strerror}") from exc
-    with f:
-        lineno = 0
-        while True:
-            line = f.readline(fmt.MAX_LINE + 1)
-            if not line:
-                return
-            lineno += 1
-            where = f"{path}:{lineno}"
-            if len(line) > fmt.MAX_LINE and not line.endswith(b"\n"):
-                _skip_rest_of_line(f)
-                warnings.append(Warning_(where, f"line longer than {fmt.MAX_LINE >> 20} MiB; skipped"))
-                continue
-            if not line.strip():
-                continue
-            try:
-                # Decode first: json.loads(bytes) would guess UTF-16/32 for some garbage.
-                rec = json.loads(line.decode("utf-8"))
-            except UnicodeDecodeError:
-                warnings.append(Warning_(where, "line is not UTF-8; skipped"))
-                continue
-            except ValueError:
-                if not line.endswith(b"\n"):
-                    warnings.append(Warning_(where, "last line is incomplete (the writer stopped mid-line); skipped"))
-                else:
-                    warnings.append(Warning_(where, "invalid JSON; skipped"))
-                continue
-            yield where, rec
-
-
-def _skip_rest_of_line(f: Any) -> None:
-    while True:
-        block = f.readline(1 << 20)
-        if not block or block.endswith(b"\n"):
-            return
+    return read_records(path, warnings, fmt.MAX_LINE)
 
 
 def _scan_existing(journal: Path) -> tuple[int, set[str]]:
@@ -436,10 +379,5 @@ def _scan_existing(journal: Path) -> tuple[int, set[str]]:
     if blob_dir.is_dir():
         known.update(p.name for p in blob_dir.iterdir())
     # A journal cut mid-line must not glue its partial last line to our first record.
-    if journal.exists() and journal.stat().st_size:
-        with open(journal, "rb") as f:
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                with open(journal, "ab") as g:
-                    g.write(b"\n")
+    ensure_line_end(journal)
     return max_xid + 1, known

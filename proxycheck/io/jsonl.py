@@ -1,0 +1,115 @@
+"""JSON Lines files that survive crashes: whole-line appends, atomic replacement, tolerant reading.
+
+Recordings (`proxycheck.io.storage`) and runs (`proxycheck.io.runstore`) are both an append-only
+`*.jsonl` next to a small JSON file that is replaced atomically. This module owns the file-level
+rules they share: a record is one line written with one `write` on an `O_APPEND` descriptor (so a
+crash leaves at most one damaged line, at the end), metadata is replaced through a temporary file
+and `rename`, and a reader steps over any line it cannot read (cut by a crash, overwritten by a
+full disk, not UTF-8, not JSON, absurdly long) with a warning that names `file:line`, instead of
+giving up on everything that was recorded before it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
+
+from proxycheck.core.errors import BadInput
+from proxycheck.core.recording import MAX_LINE, Warning_
+
+FILE_MODE = 0o600
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` (os.write may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
+    """Replace `path` with `data`: readers see the old file or the new one, never a mix."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def open_append(path: Path, mode: int = FILE_MODE) -> int:
+    """A descriptor that appends to `path` (created with `mode`): each write lands at the end."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
+
+
+def read_records(path: Path, warnings: list[Warning_], max_line: int = MAX_LINE) -> Iterator[tuple[str, Any]]:
+    """(where, record) for each readable line of `path`, `where` being `file:line`.
+
+    A missing file has no records. A file that exists but cannot be opened is BadInput. Damaged
+    lines are skipped and described in `warnings`; blank lines are skipped silently."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise BadInput(str(path), f"cannot read: {exc.strerror}") from exc
+    with f:
+        lineno = 0
+        while True:
+            # Bounded: one huge line (a damaged file) must not be read into memory whole.
+            line = f.readline(max_line + 1)
+            if not line:
+                return
+            lineno += 1
+            where = f"{path}:{lineno}"
+            if len(line) > max_line and not line.endswith(b"\n"):
+                _skip_rest_of_line(f)
+                warnings.append(Warning_(where, f"line longer than {max_line >> 20} MiB; skipped"))
+                continue
+            if not line.strip():
+                continue
+            rec = _parse_line(line, where, warnings)
+            if rec is not _DAMAGED:
+                yield where, rec
+
+
+_DAMAGED = object()
+
+
+def _parse_line(line: bytes, where: str, warnings: list[Warning_]) -> Any:
+    try:
+        # Decode first: json.loads(bytes) would guess UTF-16/32 for some garbage.
+        return json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        warnings.append(Warning_(where, "line is not UTF-8; skipped"))
+    except ValueError:
+        if not line.endswith(b"\n"):
+            warnings.append(Warning_(where, "last line is incomplete (the writer stopped mid-line); skipped"))
+        else:
+            warnings.append(Warning_(where, "invalid JSON; skipped"))
+    return _DAMAGED
+
+
+def _skip_rest_of_line(f: BinaryIO) -> None:
+    while True:
+        block = f.readline(1 << 20)
+        if not block or block.endswith(b"\n"):
+            return
+
+
+def ensure_line_end(path: Path) -> None:
+    """Terminate a last line that a crash left unfinished, so the next append starts a new line
+    instead of being glued to the damaged one (and lost with it)."""
+    if not path.exists() or not path.stat().st_size:
+        return
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+    with open(path, "ab") as g:
+        g.write(b"\n")
