@@ -303,6 +303,9 @@ class RecordingBuilder:
             streamed=bool(rec["stream"]) if "stream" in rec else None,
             chunk_timing=rec.get("timing", True) is not False,
         )
+        self._merge_conn(b, rec)
+
+    def _merge_conn(self, b: _Building, rec: dict[str, Any]) -> None:
         conn = Connection.from_record(rec.get("conn"))
         if conn is not None:
             old = b.fields.get("conn")
@@ -327,6 +330,7 @@ class RecordingBuilder:
         b = self._exchange(rec)
         b.fields["t_error"] = _float(rec, "t")
         b.fields["error"] = str(rec.get("msg") or "error")
+        self._merge_conn(b, rec)
 
     def _close(self, rec: dict[str, Any]) -> None:
         self.closed.append(rec)

@@ -15,6 +15,7 @@ from typing import Any, Iterable
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 REDACTED_TEXT = "[redacted]"
+TOO_DEEP = "[redacted: the body is nested too deeply to redact field by field]"
 
 DEFAULT_HEADERS = frozenset(
     {
@@ -147,9 +148,13 @@ def redact_body(body: bytes, policy: RedactionPolicy) -> tuple[bytes, list[str]]
         return body, []
     try:
         doc = json.loads(body)
+        removed = [path for path in policy.body_paths if _replace_path(doc, path.split("."))]
     except (ValueError, UnicodeDecodeError):
-        return body, []
-    removed = [path for path in policy.body_paths if _replace_path(doc, path.split("."))]
+        return body, []  # not JSON: there are no fields to redact
+    except RecursionError:
+        # Valid JSON nested too deep to walk: a configured secret could hide in it, so nothing
+        # of the body is kept.
+        return TOO_DEEP.encode(), ["body:*"]
     if not removed:
         return body, []
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode(), [

@@ -183,8 +183,14 @@ class RecordingWriter:
     def end(self, xid: int, t: float | None = None) -> None:
         self._finish(xid, {"k": "end", "x": xid}, t)
 
-    def error(self, xid: int, message: str, t: float | None = None) -> None:
-        self._finish(xid, {"k": "error", "x": xid, "msg": message}, t)
+    def error(self, xid: int, message: str, t: float | None = None, conn: dict[str, Any] | None = None) -> None:
+        """The exchange failed. `conn` adds connection facts learned late: a request that never
+        got response headers is exactly the stale-pooled-connection wedge, whose server facts
+        would otherwise be missing."""
+        rec: dict[str, Any] = {"k": "error", "x": xid, "msg": message}
+        if conn:
+            rec["conn"] = conn
+        self._finish(xid, rec, t)
 
     def _finish(self, xid: int, rec: dict[str, Any], t: float | None) -> None:
         with self._lock:

@@ -49,3 +49,10 @@ def test_policy_off_redacts_nothing() -> None:
     off = RedactionPolicy.off()
     assert redact_headers([("Authorization", "x")], off) == ((("Authorization", "x"),), [])
     assert redact_url("http://u:p@h/?key=1", off) == ("http://u:p@h/?key=1", [])
+
+
+def test_a_body_too_deep_to_walk_is_not_kept_at_all() -> None:
+    policy = POLICY.extended(body_paths=["secret"])
+    deep = b'{"secret": "s3", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    new, removed = redact_body(deep, policy)
+    assert b"s3" not in new and removed == ["body:*"]

@@ -291,3 +291,12 @@ def test_imported_streams_are_marked_as_having_no_chunk_timing(tmp_path: Path) -
     w.close()
     imported, recorded = load(tmp_path / "rec").exchanges
     assert not imported.chunk_timing and recorded.chunk_timing
+
+
+def test_an_error_can_bring_the_server_connection_facts(tmp_path: Path) -> None:
+    w = RecordingWriter(tmp_path / "rec")
+    x = w.request("POST", "http://e/v1/chat/completions", [], body(1), conn={"client_id": "c1"})
+    w.error(x, "timed out", conn={"server_id": "s9", "server_reused": True, "server_idle": 7.5})
+    w.close()
+    (ex,) = load(tmp_path / "rec").exchanges
+    assert (ex.conn.client_id, ex.conn.server_id, ex.conn.server_reused, ex.conn.server_idle) == ("c1", "s9", True, 7.5)

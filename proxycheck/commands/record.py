@@ -1,0 +1,372 @@
+"""`proxycheck record --listen HOST:PORT --upstream URL --out DIR`: a recording proxy in one command.
+
+This module owns running mitmdump as a child process with the recorder addon
+(`proxycheck.hops.record`, passed by its file to `-s`), showing what is being recorded while it
+runs, and stopping it so that nothing already recorded is lost:
+
+* Modes: `reverse` (default; clients talk to HOST:PORT as if it were the upstream) runs
+  `--mode reverse:URL`; `forward` runs an HTTP proxy (`--mode regular`), or `upstream:URL` when
+  --upstream names the next proxy.
+* Start: mitmdump reports `listening at ADDR:PORT` once it listens (so `--listen HOST:0` works,
+  and the real port is printed); a mitmdump that exits during start-up (port in use, an option
+  the recorder refuses) is one line, `proxycheck: mitmdump did not start: ...`, and exit 2.
+* Live view (rich, on stderr, about once a second): exchanges, in flight, failed and bytes come
+  from reading the journal incrementally (`JournalTail`: only the new bytes each time); the
+  session count comes from loading and summarizing the recording every few seconds (less often
+  when that gets slow), so it may lag behind while recording.
+* Stop (Ctrl-C or SIGTERM): mitmdump gets SIGINT, so the recorder closes the journal and marks
+  in-flight exchanges as interrupted; after a bounded wait it is terminated. Then a summary line
+  and the sessions table are printed on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from proxycheck.commands.common import EXIT_OK, header_name, http_url, parse_listen, print_warnings
+from proxycheck.core.errors import BadInput, ProxycheckError
+from proxycheck.core.recording import JOURNAL_FILE, META_FILE
+
+REFRESH = 1.0  # seconds between live-view updates
+SESSIONS_EVERY = 2.0  # at least this many seconds between session counts (a full load each)
+START_TIMEOUT = 60.0  # mitmdump takes a few seconds to import on a slow machine
+STARTUP_SETTLE = 0.5  # mitmdump exits shortly *after* listening when start-up logged an error
+STOP_TIMEOUT = 10.0  # how long the recorder may take to close the journal after SIGINT
+_LISTENING = r"listening at \S+:(\d+)"
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = commands.add_parser(
+        "record",
+        help="run a recording proxy (mitmdump with the recorder) and show what it records",
+        description="Run mitmproxy with the proxycheck recorder between your client and the next hop, "
+        "journaling every LLM exchange (streams pass through as they arrive). Ctrl-C stops it and "
+        "prints the sessions recorded. Credentials are redacted before anything is written.",
+    )
+    p.add_argument("--listen", required=True, metavar="HOST:PORT", help="address to listen on (port 0: any free port)")
+    p.add_argument("--upstream", type=http_url, metavar="URL",
+                   help="reverse mode: the engine or next hop to forward to (required); "
+                   "forward mode: an upstream HTTP proxy to chain to (optional)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="the recording (created; an existing recording is appended to)")
+    p.add_argument("--mode", choices=("reverse", "forward"), default="reverse",
+                   help="reverse: clients talk to this address as to the upstream (default); "
+                   "forward: clients use this address as their HTTP proxy")
+    p.add_argument("--redact-header", type=header_name, action="append", default=[], metavar="NAME",
+                   help="also redact this header's value (repeatable; credentials are redacted by default)")
+    p.add_argument("--session-header", type=header_name, action="append", default=[], metavar="NAME",
+                   help="a request header that names the session (repeatable; default x-session-id, "
+                   "x-conversation-id)")
+    p.add_argument("--filter", metavar="EXPR",
+                   help="record the flows matching this mitmproxy filter expression instead of LLM API requests")
+    p.set_defaults(run=run)
+
+
+# --------------------------------------------------------------------------------------------
+# Arguments -> mitmdump
+
+
+def mitmdump_args(args: argparse.Namespace, host: str, port: int) -> list[str]:
+    """mitmdump's command line for these arguments."""
+    from proxycheck.hops import record as recorder
+    from proxycheck.io.procs import mitmdump_path
+
+    if args.mode == "reverse":
+        mode = f"reverse:{args.upstream}"
+    else:
+        mode = f"upstream:{args.upstream}" if args.upstream else "regular"
+    argv = [
+        mitmdump_path(), "--listen-host", host, "--listen-port", str(port), "--mode", mode,
+        "-s", str(Path(recorder.__file__)), "--set", f"proxycheck_out={args.out}", "--set", "flow_detail=0",
+    ]  # fmt: skip
+    for name in args.redact_header:
+        argv += ["--set", f"proxycheck_redact_headers={name}"]
+    for name in args.session_header:
+        argv += ["--set", f"proxycheck_session_header={name}"]
+    if args.filter:
+        argv += ["--set", f"proxycheck_filter={args.filter}"]
+    return argv
+
+
+def check_arguments(args: argparse.Namespace) -> tuple[str, int]:
+    """The listen address; BadInput for arguments that cannot work (before anything starts)."""
+    host, port = parse_listen(args.listen)
+    if args.mode == "reverse" and not args.upstream:
+        raise BadInput("--upstream", "required in reverse mode (the URL of the engine or next hop)")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(args.out, "exists and is not a directory (a recording is a directory)")
+    if out.is_dir() and not (out / META_FILE).exists() and any(out.iterdir()):
+        raise BadInput(args.out, "is a directory that holds other files, not a recording (choose a new --out)")
+    return host, port
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the journal as it grows
+
+
+@dataclass
+class JournalTail:
+    """Counts from a journal, reading only what was appended since the last `poll()`."""
+
+    path: Path
+    exchanges: int = 0
+    failed: int = 0
+    response_bytes: int = 0
+    inflight: set[int] = field(default_factory=set)
+    offset: int = 0  # bytes of the journal read so far
+    _partial: bytes = b""
+
+    def poll(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return  # the recorder has not opened it yet
+        self.offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()  # an incomplete last line waits for its end
+        for rec in _records(lines):
+            self._count(rec)
+
+    def _count(self, rec: dict[str, Any]) -> None:
+        kind, xid = rec.get("k"), rec.get("x")
+        if kind == "req":
+            self.exchanges += 1
+            self.inflight.add(xid)  # type: ignore[arg-type]
+        elif kind == "end":
+            self.inflight.discard(xid)  # type: ignore[arg-type]
+        elif kind == "error":
+            self.inflight.discard(xid)  # type: ignore[arg-type]
+            self.failed += 1
+        elif kind == "data":
+            self.response_bytes += sum(n for _, n in rec.get("c") or () if isinstance(n, int))
+        elif kind == "close":
+            self.inflight.clear()  # the recorder stopped: what was in flight is interrupted
+
+
+def _records(lines: list[bytes]) -> Iterator[dict[str, Any]]:
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # the loader reports damaged lines; the live view just counts
+        if isinstance(rec, dict):
+            yield rec
+
+
+@dataclass
+class SessionCount:
+    """The number of sessions, from a full load of the recording when the journal has grown, at
+    most every SESSIONS_EVERY seconds (rarer when loads get slow: at most 5% of the time)."""
+
+    directory: Path
+    sessions: int | None = None
+    _next: float = 0.0
+    _seen: int = -1
+
+    def maybe_update(self, now: float, journal_size: int) -> None:
+        if now < self._next or journal_size == self._seen or not (self.directory / META_FILE).exists():
+            return
+        started = time.monotonic()
+        try:
+            self.sessions = len(summarize_recording(str(self.directory))[1])
+            self._seen = journal_size
+        except ProxycheckError:
+            pass  # a half-written recording: try again later
+        cost = time.monotonic() - started
+        self._next = now + max(SESSIONS_EVERY, 20 * cost)
+
+
+def summarize_recording(directory: str) -> tuple[Any, list[Any]]:
+    """(recording, sessions) as `proxycheck sessions` groups them."""
+    from proxycheck.commands.sessions import recorded_session_headers
+    from proxycheck.core.sessions import DEFAULT_SESSION_HEADERS
+    from proxycheck.core.summary import summarize
+    from proxycheck.io.storage import load
+
+    recording = load(directory)
+    headers = recorded_session_headers(recording.meta) + DEFAULT_SESSION_HEADERS
+    return recording, summarize(recording.exchanges, recording.piece, session_headers=headers)
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+
+
+class StopSignal:
+    """SIGINT and SIGTERM set an event instead of raising, while recording."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._saved: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopSignal":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._saved[sig] = signal.signal(sig, lambda *_: self.event.set())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
+
+
+def start_recorder(argv: list[str], host: str) -> Any:
+    """mitmdump, listening; BadInput with its own error when it does not start."""
+    from proxycheck.io.procs import Managed, ProcessError
+
+    # Port 0 for Managed: readiness is mitmdump's own "listening at" line, never a port that
+    # some other process may already hold.
+    try:
+        proc = Managed(argv, host, 0, name="mitmdump", port_pattern=_LISTENING)
+    except OSError as exc:
+        raise BadInput("mitmdump", f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+    try:
+        proc.wait_ready(START_TIMEOUT)
+    except ProcessError:
+        raise BadInput("mitmdump", f"did not start: {startup_error(proc.log_tail(20000))}") from None
+    except BaseException:
+        proc.stop()  # Ctrl-C while starting: mitmdump has its own process group, so it would stay
+        raise
+    deadline = time.monotonic() + STARTUP_SETTLE
+    while time.monotonic() < deadline and proc.alive():
+        time.sleep(0.05)
+    if not proc.alive():
+        proc.stop()
+        raise BadInput("mitmdump", f"did not start: {startup_error(proc.log_tail(20000))}")
+    return proc
+
+
+_NOISE = re.compile(r"^(Traceback|\s|Error(s)? logged during startup|Try specifying a different port)")
+_STAMP = re.compile(r"^\[\d\d:\d\d:\d\d\.\d+\]\s*")
+
+
+def startup_error(log: str) -> str:
+    """The line of mitmdump's output that says why it did not start."""
+    lines = [_STAMP.sub("", line).rstrip() for line in log.splitlines()]
+    for line in lines:
+        if line.startswith("mitmproxy.exceptions.OptionsError:"):
+            return line.split("OptionsError:", 1)[1].strip()
+    for line in lines:
+        if line.startswith("/") and "mitmdump: " in line:  # mitmdump's own usage errors
+            return line.split("mitmdump: ", 1)[1]
+    for line in lines:
+        if ("error" in line.lower() or "failed" in line.lower()) and not _NOISE.match(line):
+            return re.sub(r"^\[Errno \d+\]\s*", "", line)
+    meaningful = [line for line in lines if line and not _NOISE.match(line)]
+    return meaningful[-1] if meaningful else "it exited without saying why"
+
+
+def listening_address(log: str, host: str) -> str:
+    found = re.findall(_LISTENING, log)
+    port = found[-1] if found else "?"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def run(args: argparse.Namespace) -> int:
+    host, port = check_arguments(args)
+    argv = mitmdump_args(args, host, port)
+    proc = start_recorder(argv, host)
+    crashed = False
+    try:
+        address = listening_address(proc.log_tail(20000), host)
+        print(f"proxycheck record: listening at {address} ({_describe(args)}), recording to {args.out}; Ctrl-C stops",
+              file=sys.stderr, flush=True)  # fmt: skip
+        with StopSignal() as stop:
+            crashed = _watch(proc, JournalTail(Path(args.out) / JOURNAL_FILE), SessionCount(Path(args.out)),
+                             stop.event, address)  # fmt: skip
+    finally:
+        status = _stop(proc)
+    _final_report(args.out)
+    if crashed:
+        raise ProxycheckError(f"mitmdump: exited with status {status} while recording: {startup_error(proc.log_tail())}")
+    return EXIT_OK
+
+
+def _describe(args: argparse.Namespace) -> str:
+    if args.mode == "reverse":
+        return f"reverse proxy to {args.upstream}"
+    return f"forward proxy via {args.upstream}" if args.upstream else "forward proxy"
+
+
+def _watch(proc: Any, tail: JournalTail, counter: SessionCount, stop: threading.Event, address: str) -> bool:
+    """Show the live view until asked to stop; True when mitmdump died on its own."""
+    from rich.console import Console
+    from rich.live import Live
+
+    started = time.monotonic()
+    console = Console(stderr=True, highlight=False)
+    # Transient: once stopped, the final report replaces the live line.
+    with Live(console=console, auto_refresh=False, transient=True) as live:
+        while not stop.is_set():
+            if not proc.alive():
+                return True
+            now = time.monotonic()
+            tail.poll()
+            counter.maybe_update(now, tail.offset)
+            live.update(_view(tail, counter, address, now - started), refresh=True)
+            stop.wait(REFRESH)
+    return False
+
+
+def _view(tail: JournalTail, counter: SessionCount, address: str, elapsed: float) -> Any:
+    """One line: `recording ADDR  sessions S  exchanges N (I in flight, F failed)  BYTES  TIME`."""
+    from rich.text import Text
+
+    from proxycheck.report.terminal import human_bytes
+
+    text = Text()
+    text.append("recording ", style="bold")
+    text.append(f"{address}  sessions ")
+    text.append("?" if counter.sessions is None else str(counter.sessions), style="bold")
+    text.append("  exchanges ")
+    text.append(str(tail.exchanges), style="bold")
+    text.append(f" ({len(tail.inflight)} in flight", style="yellow" if tail.inflight else "dim")
+    text.append(f", {tail.failed} failed)", style="red" if tail.failed else "dim")
+    text.append(f"  {human_bytes(tail.response_bytes)}  {int(elapsed) // 60}m{int(elapsed) % 60:02d}s")
+    return text
+
+
+def _stop(proc: Any) -> int | None:
+    """SIGINT mitmdump (the recorder then closes the journal), wait, then make sure it is gone."""
+    if proc.alive():
+        try:
+            os.killpg(proc.pid, signal.SIGINT)  # mitmdump runs in its own process group
+        except (ProcessLookupError, PermissionError):
+            pass
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while proc.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return proc.stop()
+
+
+def _final_report(out: str) -> None:
+    try:
+        recording, sessions = summarize_recording(out)
+    except ProxycheckError:
+        print(f"proxycheck record: {out}: nothing recorded", flush=True)
+        return
+    print_warnings([str(w) for w in recording.warnings])
+    interrupted = sum(1 for x in recording.exchanges if x.interrupted)
+    note = f", {interrupted} interrupted in flight" if interrupted else ""
+    print(f"proxycheck record: {out}: {len(sessions)} session(s), {len(recording.exchanges)} exchange(s){note}",
+          flush=True)  # fmt: skip
+    if sessions:
+        from rich.console import Console
+
+        from proxycheck.report.terminal import sessions_view
+
+        Console(highlight=False).print(sessions_view(out, sessions))
