@@ -113,3 +113,17 @@ def ensure_line_end(path: Path) -> None:
             return
     with open(path, "ab") as g:
         g.write(b"\n")
+
+
+def read_json_file(path: Path) -> Any:
+    """A whole JSON document (metadata files); BadInput naming the file when it cannot be read."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise BadInput(str(path), f"cannot read: {exc.strerror}") from exc
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise BadInput(str(path), "not UTF-8 text") from None
+    except ValueError as exc:
+        raise BadInput(str(path), f"invalid JSON ({exc})") from None

@@ -29,7 +29,7 @@ from proxycheck import __version__
 from proxycheck.core.errors import BadInput, StorageError
 from proxycheck.core.observation import Observation, decode, encode
 from proxycheck.core.recording import Warning_
-from proxycheck.io.jsonl import atomic_write, open_append, read_records, write_all
+from proxycheck.io.jsonl import atomic_write, open_append, read_json_file, read_records, write_all
 
 RUN_FILE = "run.json"
 OBSERVATIONS_FILE = "observations.jsonl"
@@ -201,16 +201,7 @@ def load_run(directory: str | os.PathLike[str]) -> Run:
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise BadInput(str(path), f"cannot read: {exc.strerror}") from exc
-    try:
-        meta = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise BadInput(str(path), "not UTF-8 text") from None
-    except ValueError as exc:
-        raise BadInput(str(path), f"invalid JSON ({exc})") from None
+    meta = read_json_file(path)
     _check_meta(meta, str(path))
     return meta
 

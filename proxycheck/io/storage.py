@@ -26,7 +26,7 @@ from proxycheck.core.errors import BadInput, StorageError
 from proxycheck.core.recording import RecordedExchange, Warning_
 from proxycheck.core.redact import RedactionPolicy, redact_body, redact_headers, redact_url
 from proxycheck.io.jsonl import atomic_write as _atomic_write
-from proxycheck.io.jsonl import ensure_line_end, open_append, read_records
+from proxycheck.io.jsonl import ensure_line_end, open_append, read_json_file, read_records
 from proxycheck.io.jsonl import write_all as _write_all
 
 DIR_MODE = 0o700
@@ -350,16 +350,7 @@ def load(directory: str | os.PathLike[str]) -> Recording:
 
 
 def _read_metadata(path: Path) -> dict[str, Any]:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise BadInput(str(path), f"cannot read: {exc.strerror}") from exc
-    try:
-        meta = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise BadInput(str(path), "not UTF-8 text") from None
-    except ValueError as exc:
-        raise BadInput(str(path), f"invalid JSON ({exc})") from None
+    meta = read_json_file(path)
     fmt.check_metadata(meta, str(path))
     return meta
 
