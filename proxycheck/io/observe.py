@@ -11,7 +11,7 @@ synthetic agent) and `observe_aiohttp` (for high-concurrency benchmarks). Each i
 connection was) under one driver (`_observe`) that owns the watchdogs and the classification, so
 the two stacks cannot drift apart.
 
-Watchdogs (`Watchdogs`, seconds): `connect` bounds making a TCP (and TLS) connection; `headers`
+Watchdogs (`proxycheck.core.replayplan.Watchdogs`, re-exported here; seconds): `connect` bounds making a TCP (and TLS) connection; `headers`
 bounds the wait for response headers from the moment the request is sent; `stall` bounds the time
 without *content* progress after the headers (keep-alive comments and pings are bytes, not
 progress: a hop that pings while the engine behind it hangs is still stalled); `total` bounds the
@@ -45,6 +45,7 @@ from proxycheck.core.analysis import ResponseAnalysis, StreamTracker, analyze_bo
 from proxycheck.core.model import EventKind, Result
 from proxycheck.core.observation import Event, Observation, ResultSummary, select_headers
 from proxycheck.core.outcomes import Outcome, classify_recorded
+from proxycheck.core.replayplan import Watchdogs  # one definition: the replay plan's
 from proxycheck.core.wire import BYTES_HEADER, SHA_HEADER
 
 __all__ = ["ConnState", "Observed", "Watchdogs", "aiohttp_trace_config", "observe_aiohttp", "observe_httpx"]
@@ -53,16 +54,7 @@ __all__ = ["ConnState", "Observed", "Watchdogs", "aiohttp_trace_config", "observ
 _PROGRESS = frozenset({EventKind.CONTENT, EventKind.TERMINAL, EventKind.ERROR})
 _ERROR_BODY_READ = 4096  # bytes of a non-2xx body read (to quote its start in the detail)
 _ERROR_BODY_QUOTE = 200  # characters of it quoted
-
-
-@dataclass(frozen=True, slots=True)
-class Watchdogs:
-    """Timeouts in seconds (see the module docstring); `total=None` for no overall bound."""
-
-    connect: float = 10.0
-    headers: float = 60.0
-    stall: float = 60.0
-    total: float | None = None
+DEFAULT_WATCHDOGS = Watchdogs()
 
 
 class ConnState:
@@ -114,7 +106,7 @@ async def observe_httpx(
     *,
     dialect: str | None,
     streamed: bool = True,
-    watchdogs: Watchdogs = Watchdogs(),
+    watchdogs: Watchdogs = DEFAULT_WATCHDOGS,
     clock_origin: float | None = None,
     conn_state: ConnState | None = None,
 ) -> Observed:
@@ -133,7 +125,7 @@ async def observe_aiohttp(
     *,
     dialect: str | None,
     streamed: bool = True,
-    watchdogs: Watchdogs = Watchdogs(),
+    watchdogs: Watchdogs = DEFAULT_WATCHDOGS,
     clock_origin: float | None = None,
     conn_state: ConnState | None = None,
 ) -> Observed:

@@ -1,0 +1,318 @@
+"""`proxycheck replay DIR --chain F --out RUN`: replay a recording over the routes of a chain.
+
+This module owns the command: its flags, turning bad input into one line and exit status 2,
+loading the recording and the chain file, `--dry-run` (print what would be sent), the run
+directory (`RunWriter`), the progress display on stderr (rich when stderr is a terminal, plain
+lines otherwise), Ctrl-C (the run is closed as "interrupted" and stays loadable) and the exit
+status: 0 when every observation is ok, 1 when any is a failure outcome. The replay itself is
+`proxycheck.io.replayer`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from proxycheck.commands.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAULT,
+    EXIT_OK,
+    positive_int,
+    positive_seconds,
+    print_warnings,
+)
+from proxycheck.core.errors import BadInput, ProxycheckError
+
+ON_FAIL = ("continue", "stop-session")
+
+
+def _pace(text: str) -> Any:
+    from proxycheck.core.replayplan import parse_pace
+
+    try:
+        return parse_pace(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = commands.add_parser(
+        "replay",
+        help="replay a recording straight to the engine and through each hop",
+        description="Replay the sessions of a recording over the routes of a chain file (direct, "
+        "then through each hop), faithfully: same requests, think times, connection reuse and "
+        "concurrency, streamed. Writes one observation per exchange per route and repetition to --out.",
+    )
+    p.add_argument("directory", metavar="DIR", help="a recording directory")
+    p.add_argument("--chain", required=True, metavar="F", help="the chain file (TOML)")
+    p.add_argument("--route", action="append", metavar="R", help="a route to replay (repeatable; default: the ladder)")
+    p.add_argument("--repeat", type=positive_int, default=1, metavar="N", help="replay each route N times")
+    p.add_argument(
+        "--concurrency", type=positive_int, metavar="C",
+        help="closed loop: at most C sessions at once (default: sessions start at their recorded offsets)",
+    )  # fmt: skip
+    p.add_argument(
+        "--pace", type=_pace, default="recorded", metavar="recorded|fast|X",
+        help="think times and starts as recorded, none (fast), or scaled by X",
+    )  # fmt: skip
+    p.add_argument(
+        "--mode", choices=("exact", "chained"), default="exact", help="exact bodies, or replayed replies chained in"
+    )
+    p.add_argument("--client", choices=("httpx", "aiohttp"), default="httpx", help="the client stack")
+    p.add_argument(
+        "--on-fail", choices=ON_FAIL, default="continue", help="after a failed turn: go on, or end the session"
+    )
+    p.add_argument("--connect-timeout", type=positive_seconds, metavar="S", help="connect watchdog (s)")
+    p.add_argument("--header-timeout", type=positive_seconds, metavar="S", help="response headers watchdog (s)")
+    p.add_argument("--stall-timeout", type=positive_seconds, metavar="S", help="no-content-progress watchdog (s)")
+    p.add_argument("--total-timeout", type=positive_seconds, metavar="S", help="whole-exchange watchdog (s)")
+    p.add_argument("--max-requests", type=positive_int, metavar="N", help="send at most N requests in all")
+    p.add_argument("--dry-run", action="store_true", help="print the requests that would be sent; send nothing")
+    p.add_argument("--out", metavar="RUN", help="the run directory to write (required unless --dry-run)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except ProxycheckError as exc:
+        print(f"proxycheck: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ExceptionGroup as group:
+        # A session task that failed on bad input or storage (a full disk) ends the replay.
+        mine, _ = group.split(ProxycheckError)
+        if mine is None:
+            raise
+        print(f"proxycheck: {_first(mine)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _first(group: BaseException) -> BaseException:
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group
+
+
+def _run(args: argparse.Namespace) -> int:
+    from proxycheck.core.replayplan import derive_watchdogs
+    from proxycheck.io.replayer import ReplayOptions
+
+    if not args.dry_run:
+        _check_out(args.out)
+    chain = _load_chain(args.chain)
+    routes = chain.routes(list(dict.fromkeys(args.route)) if args.route else None)
+    sessions = _load_sessions(args.directory)
+    try:
+        watchdogs = derive_watchdogs(sessions).with_overrides(
+            connect=args.connect_timeout,
+            headers=args.header_timeout,
+            stall=args.stall_timeout,
+            total=args.total_timeout,
+        )
+    except ValueError as exc:
+        raise BadInput("watchdogs", str(exc)) from None
+    options = ReplayOptions(
+        watchdogs=watchdogs, repeat=args.repeat, concurrency=args.concurrency, pace=args.pace,
+        mode=args.mode, client=args.client, on_fail=args.on_fail, max_requests=args.max_requests,
+    )  # fmt: skip
+    if args.dry_run:
+        _dry_run(sessions, routes, options)
+        return EXIT_OK
+    return _replay(args, chain, routes, sessions, options)
+
+
+def _check_out(out: str | None) -> None:
+    from proxycheck.io.runstore import RUN_FILE
+
+    if not out:
+        raise BadInput("--out", "give the run directory to write (or --dry-run)")
+    path = Path(out)
+    if (path / RUN_FILE).exists():
+        raise BadInput(out, "already holds a run; give another directory")
+    if path.exists() and not path.is_dir():
+        raise BadInput(out, "exists and is not a directory")
+
+
+def _load_chain(path: str) -> Any:
+    from proxycheck.core.chain import parse_chain
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BadInput(path, f"cannot read the chain file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise BadInput(path, "the chain file is not UTF-8 text") from None
+    return parse_chain(text, os.environ, path)
+
+
+def _load_sessions(directory: str) -> list[Any]:
+    from proxycheck.commands.sessions import recorded_session_headers
+    from proxycheck.core.replayplan import plan_sessions
+    from proxycheck.core.sessions import DEFAULT_SESSION_HEADERS
+    from proxycheck.core.summary import summarize
+    from proxycheck.io.storage import load
+
+    recording = load(directory)
+    print_warnings([str(w) for w in recording.warnings])
+    headers = recorded_session_headers(recording.meta) + DEFAULT_SESSION_HEADERS
+    summaries = summarize(recording.exchanges, recording.piece, session_headers=headers)
+    try:
+        sessions = plan_sessions(recording.exchanges, recording.piece, summaries)
+    except ValueError as exc:
+        raise BadInput(directory, str(exc)) from None
+    if not sessions:
+        raise BadInput(directory, "holds no LLM requests to replay")
+    return sessions
+
+
+# --------------------------------------------------------------------------------------------
+# --dry-run
+
+
+def _dry_run(sessions: list[Any], routes: list[Any], options: Any) -> None:
+    from proxycheck.core.replayplan import think_delay
+    from proxycheck.io.replayer import request_headers
+
+    out = sys.stdout
+    for route in routes:
+        proxy = f" via proxy {route.proxy}" if route.proxy else ""
+        print(f"route {route.name}{proxy} (x{options.repeat}, {options.mode}, {options.client})", file=out)
+        for session in sessions:
+            for turn in session.turns:
+                names = ", ".join(request_headers(turn, route, "RUN_ID"))
+                think = think_delay(turn, options.pace)
+                conn = "new connection" if turn.new_connection else "reused connection"
+                print(
+                    f"  {session.id} turn {turn.turn}: {turn.method} {route.url_for(turn.url)} "
+                    f"body {len(turn.body)} B, think {think:.3f} s, {conn}; headers: {names}",
+                    file=out,
+                )
+
+
+# --------------------------------------------------------------------------------------------
+# The replay, with its run directory and progress
+
+
+def _chain_doc(chain: Any) -> dict[str, Any]:
+    """The chain as run.json keeps it: URLs and header NAMES only (values may be credentials)."""
+    return {
+        "source": chain.source,
+        "engine": chain.engine,
+        "engine_headers": [n for n, _ in chain.engine_headers],
+        "hops": [
+            {"name": h.name, "url": h.url, "proxy": h.proxy, "headers": [n for n, _ in h.headers]} for h in chain.hops
+        ],
+    }
+
+
+def _options_doc(args: argparse.Namespace, options: Any) -> dict[str, Any]:
+    wd = options.watchdogs
+    return {
+        "recording": str(args.directory),
+        "repeat": options.repeat,
+        "concurrency": options.concurrency,
+        "pace": options.pace,
+        "mode": options.mode,
+        "client": options.client,
+        "on_fail": options.on_fail,
+        "max_requests": options.max_requests,
+        "watchdogs": {"connect": wd.connect, "headers": wd.headers, "stall": wd.stall, "total": wd.total},
+    }
+
+
+def _replay(args: argparse.Namespace, chain: Any, routes: list[Any], sessions: list[Any], options: Any) -> int:
+    from proxycheck.io.replayer import replay
+    from proxycheck.io.runstore import RunWriter
+
+    writer = RunWriter(
+        args.out, chain=_chain_doc(chain), routes=[r.name for r in routes], options=_options_doc(args, options)
+    )
+    outcomes: Counter[str] = Counter()
+
+    def sink(obs: Any) -> None:
+        writer.add(obs)
+        outcomes[obs.outcome.value] += 1
+
+    progress = Progress(sys.stderr)
+    try:
+        status = asyncio.run(replay(sessions, routes, options, writer.run_id, sink, progress))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        progress.stop()
+        writer.close("interrupted")
+        print(f"proxycheck: interrupted; {writer.count} observation(s) kept in {args.out}", file=sys.stderr)
+        return 130
+    except BaseException:
+        progress.stop()
+        writer.close("failed")
+        raise
+    progress.stop()
+    writer.close(status)
+    failed = sum(n for outcome, n in outcomes.items() if outcome != "ok")
+    limited = " (stopped by --max-requests)" if status == "limited" else ""
+    print(
+        f"proxycheck: run {writer.run_id}: {writer.count} observation(s), {failed} not ok{limited}; {args.out}",
+        file=sys.stderr,
+    )
+    return _exit_status(outcomes)
+
+
+def _exit_status(outcomes: Counter[str]) -> int:
+    from proxycheck.core.outcomes import Outcome
+
+    return EXIT_FAULT if any(Outcome(o).is_failure for o in outcomes) else EXIT_OK
+
+
+class Progress:
+    """Per route and repetition: exchanges done of all, and counts by outcome. A rich live
+    display when the stream is a terminal, else one plain line per route when it ends."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.counts: Counter[str] = Counter()
+        self.total = 0
+        self.label = ""
+        self.live: Any = None
+        if stream.isatty():
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live(console=Console(file=stream), refresh_per_second=8, transient=False)
+            self.live.start()
+
+    def _line(self) -> str:
+        done = sum(self.counts.values())
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "-"
+        return f"{self.label}: {done}/{self.total} exchanges; {counts}"
+
+    def route_started(self, route: Any, repetition: int, turns: int) -> None:
+        self.counts = Counter()
+        self.total = turns
+        self.label = f"{route.name} #{repetition}"
+        self._refresh()
+
+    def request(self, route: Any, turn: Any, url: str, headers: dict[str, str], body: bytes) -> None:
+        pass
+
+    def observed(self, obs: Any) -> None:
+        self.counts[obs.outcome.value] += 1
+        self._refresh()
+
+    def route_ended(self, route: Any, repetition: int) -> None:
+        if self.live is not None:
+            self.live.console.print(self._line())
+        else:
+            print(f"proxycheck: {self._line()}", file=self.stream, flush=True)
+
+    def _refresh(self) -> None:
+        if self.live is not None:
+            self.live.update(self._line())
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None

@@ -1,0 +1,342 @@
+"""The replayer: carries out a replay plan over the network, route after route.
+
+This module owns the live replay: for each route (`proxycheck.core.chain.Route`) and each
+repetition it runs every `PlannedSession` as its own asyncio task, with its own client (httpx by
+default, aiohttp on request), so that one session's stall can never hold up another beyond its
+own watchdog. Within a session the turns go in recorded order, each after its recorded think time
+(scaled by the pace) measured from the end of the previous response, on the connection the plan
+says: the session's current one, or a new client when the plan says `new_connection`.
+
+Sessions start at their recorded offsets (open loop), or, with `concurrency`, closed loop: at
+most C at once, the next starting when one ends. One route's sessions all finish before the
+next route starts, and repetition after repetition.
+
+What is sent: the recorded method, path and query on the route's URL (`Route.url_for`: never a
+recorded host), the recorded headers the plan kept, overridden by the route's headers of the
+same name, plus `x-proxycheck-replay: RUN_ID`; the recorded body (exact mode) or the body with
+the replayed replies in it (chained mode, `ChainedSession`). Every exchange becomes one
+`Observation` (keys filled in) handed to the caller's sink as it happens. Decisions that need no
+network (the plan, pacing, watchdogs, chained bodies) are `proxycheck.core.replayplan`'s;
+observing one exchange is `proxycheck.io.observe`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Literal, Protocol, Sequence
+
+import aiohttp
+import httpx
+
+from proxycheck.core.chain import Route
+from proxycheck.core.observation import Observation
+from proxycheck.core.replayplan import (
+    ChainedSession,
+    Pace,
+    PlannedSession,
+    PlannedTurn,
+    Watchdogs,
+    start_delay,
+    think_delay,
+)
+from proxycheck.io.observe import ConnState, Observed, aiohttp_trace_config, observe_aiohttp, observe_httpx
+
+REPLAY_HEADER = "x-proxycheck-replay"
+
+Mode = Literal["exact", "chained"]
+ClientKind = Literal["httpx", "aiohttp"]
+OnFail = Literal["continue", "stop-session"]
+Status = Literal["completed", "limited"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOptions:
+    """How to replay (validated by the command). `concurrency` None: open loop at the recorded
+    start offsets; a number: closed loop with at most that many sessions at once."""
+
+    watchdogs: Watchdogs = field(default_factory=Watchdogs)
+    repeat: int = 1
+    concurrency: int | None = None
+    pace: Pace = "recorded"
+    mode: Mode = "exact"
+    client: ClientKind = "httpx"
+    on_fail: OnFail = "continue"
+    max_requests: int | None = None
+
+
+class ReplayListener(Protocol):
+    """What a progress display (or a test) hears while a replay runs. Every method is called on
+    the event loop's thread and must not block."""
+
+    def route_started(self, route: Route, repetition: int, turns: int) -> None: ...
+
+    def request(self, route: Route, turn: PlannedTurn, url: str, headers: dict[str, str], body: bytes) -> None: ...
+
+    def observed(self, obs: Observation) -> None: ...
+
+    def route_ended(self, route: Route, repetition: int) -> None: ...
+
+
+class QuietListener:
+    """A listener that hears nothing (the default)."""
+
+    def route_started(self, route: Route, repetition: int, turns: int) -> None:
+        pass
+
+    def request(self, route: Route, turn: PlannedTurn, url: str, headers: dict[str, str], body: bytes) -> None:
+        pass
+
+    def observed(self, obs: Observation) -> None:
+        pass
+
+    def route_ended(self, route: Route, repetition: int) -> None:
+        pass
+
+
+def request_headers(turn: PlannedTurn, route: Route, run_id: str) -> dict[str, str]:
+    """The headers to send: the recorded ones the plan kept, the route's replacing any of the
+    same name (in any case), and the replay marker last, so nothing can override it."""
+    override = {name.lower() for name, _ in route.headers} | {REPLAY_HEADER}
+    headers = {name: value for name, value in turn.headers if name.lower() not in override}
+    headers.update(route.headers)
+    headers[REPLAY_HEADER] = run_id
+    return headers
+
+
+class _Budget:
+    """The --max-requests budget, shared by every session of the replay."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.left = limit
+        self.exhausted = False
+
+    def take(self) -> bool:
+        if self.left is None:
+            return True
+        if self.left <= 0:
+            self.exhausted = True
+            return False
+        self.left -= 1
+        return True
+
+
+@dataclass
+class _Context:
+    """One route and repetition being replayed."""
+
+    route: Route
+    repetition: int
+    run_id: str
+    options: ReplayOptions
+    sink: Callable[[Observation], None]
+    listener: ReplayListener
+    budget: _Budget
+    origin: float  # monotonic start of the replay (observation times are offsets from it)
+
+
+async def replay(
+    sessions: Sequence[PlannedSession],
+    routes: Sequence[Route],
+    options: ReplayOptions,
+    run_id: str,
+    sink: Callable[[Observation], None],
+    listener: ReplayListener | None = None,
+) -> Status:
+    """Replay `sessions` over each route, `options.repeat` times, handing each observation to
+    `sink` as it is made. "limited" when `max_requests` stopped it early. Cancellation (Ctrl-C)
+    cancels every session at once; what was observed before has already reached `sink`."""
+    heard = listener or QuietListener()
+    budget = _Budget(options.max_requests)
+    origin = time.monotonic()
+    turns = sum(len(s.turns) for s in sessions)
+    for route in routes:
+        for repetition in range(1, options.repeat + 1):
+            if budget.exhausted:
+                return "limited"
+            ctx = _Context(route, repetition, run_id, options, sink, heard, budget, origin)
+            heard.route_started(route, repetition, turns)
+            await _replay_route(sessions, ctx)
+            heard.route_ended(route, repetition)
+    return "limited" if budget.exhausted else "completed"
+
+
+async def _replay_route(sessions: Sequence[PlannedSession], ctx: _Context) -> None:
+    if ctx.options.concurrency is None:
+        await _open_loop(sessions, ctx)
+    else:
+        await _closed_loop(sessions, ctx, ctx.options.concurrency)
+
+
+async def _open_loop(sessions: Sequence[PlannedSession], ctx: _Context) -> None:
+    """Each session starts at its recorded offset (scaled by the pace) from the route's start."""
+    start = time.monotonic()
+
+    async def at_offset(session: PlannedSession) -> None:
+        await _sleep_until(start + start_delay(session, ctx.options.pace))
+        await _run_session(session, ctx)
+
+    async with asyncio.TaskGroup() as group:
+        for session in sessions:
+            group.create_task(at_offset(session))
+
+
+async def _closed_loop(sessions: Sequence[PlannedSession], ctx: _Context, concurrency: int) -> None:
+    """At most `concurrency` sessions at once, in recorded start order; each worker is its own
+    task, so a stalled session holds up only its own worker."""
+    queue = list(reversed(sessions))
+
+    async def worker() -> None:
+        while queue and not ctx.budget.exhausted:
+            await _run_session(queue.pop(), ctx)
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(min(concurrency, len(sessions))):
+            group.create_task(worker())
+
+
+async def _sleep_until(when: float) -> None:
+    delay = when - time.monotonic()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+# --------------------------------------------------------------------------------------------
+# One session
+
+
+async def _run_session(session: PlannedSession, ctx: _Context) -> None:
+    """The turns of one session, in order, on the connections the plan says."""
+    chained = ChainedSession(session) if ctx.options.mode == "chained" else None
+    conn_state = ConnState()
+    client: _Client | None = None
+    prev_end: float | None = None
+    try:
+        for turn in session.turns:
+            if prev_end is not None:
+                await _sleep_until(prev_end + think_delay(turn, ctx.options.pace))
+            if not ctx.budget.take():
+                return
+            if client is None or turn.new_connection:
+                if client is not None:
+                    await client.close()
+                client = _new_client(ctx.options.client, ctx.route, turn)
+            observed = await _send(client, turn, chained, ctx, conn_state)
+            obs = observed.observation
+            # Think time counts from the end of the response, as the recorder measured it.
+            prev_end = ctx.origin + obs.t_start + (obs.end or 0.0)
+            if chained is not None:
+                chained.record_reply(turn.turn, observed.result if not obs.outcome.is_failure else None)
+            if obs.outcome.is_failure and ctx.options.on_fail == "stop-session":
+                return
+    finally:
+        if client is not None:
+            await asyncio.shield(client.close())
+
+
+async def _send(
+    client: "_Client",
+    turn: PlannedTurn,
+    chained: ChainedSession | None,
+    ctx: _Context,
+    conn_state: ConnState,
+) -> Observed:
+    url = ctx.route.url_for(turn.url)
+    headers = request_headers(turn, ctx.route, ctx.run_id)
+    body = chained.body_for(turn.turn) if chained is not None else turn.body
+    ctx.listener.request(ctx.route, turn, url, headers, body)
+    observed = await client.observe(
+        turn, url, headers, body, watchdogs=ctx.options.watchdogs, clock_origin=ctx.origin, conn_state=conn_state
+    )
+    obs = observed.observation.with_keys(
+        route=ctx.route.name, repetition=ctx.repetition, session=turn.session, turn=turn.turn, xid=turn.xid
+    )
+    ctx.sink(obs)
+    ctx.listener.observed(obs)
+    return Observed(obs, observed.result)
+
+
+# --------------------------------------------------------------------------------------------
+# Client stacks: one client per session connection
+
+
+class _Client:
+    """A session's client: one connection pool that the plan's `new_connection` replaces."""
+
+    observe: Callable[..., Awaitable[Observed]]
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+def _new_client(kind: ClientKind, route: Route, turn: PlannedTurn) -> _Client:
+    return _HttpxClient(route, turn) if kind == "httpx" else _AiohttpClient(route)
+
+
+def _ssl_context(verify: bool | str) -> ssl.SSLContext | bool:
+    """A chain file's `verify`: True, False, or the path of a CA bundle."""
+    if isinstance(verify, str):
+        return ssl.create_default_context(cafile=verify)
+    return verify
+
+
+class _HttpxClient(_Client):
+    def __init__(self, route: Route, turn: PlannedTurn) -> None:
+        # trust_env=False: only the chain file's proxy, never a stray HTTP_PROXY, may add a hop.
+        # HTTP/2 when the turn was recorded over it (negotiated by ALPN on https).
+        self.client = httpx.AsyncClient(
+            proxy=route.proxy,
+            verify=_ssl_context(route.verify),
+            http2=(turn.http_version or "").upper().startswith("HTTP/2"),
+            trust_env=False,
+            follow_redirects=False,
+        )
+
+    async def observe(
+        self, turn: PlannedTurn, url: str, headers: dict[str, str], body: bytes, **kw: object
+    ) -> Observed:
+        return await observe_httpx(
+            self.client,
+            turn.method,
+            url,
+            headers,
+            body,
+            dialect=turn.dialect,
+            streamed=turn.streamed,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+class _AiohttpClient(_Client):
+    def __init__(self, route: Route) -> None:
+        # A connector of its own per session connection: a new connection is a new connector.
+        connector = aiohttp.TCPConnector(ssl=_ssl_context(route.verify), limit=0)
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            trace_configs=[aiohttp_trace_config()],
+            proxy=route.proxy,
+            trust_env=False,
+            auto_decompress=True,
+        )
+
+    async def observe(
+        self, turn: PlannedTurn, url: str, headers: dict[str, str], body: bytes, **kw: object
+    ) -> Observed:
+        return await observe_aiohttp(
+            self.session,
+            turn.method,
+            url,
+            headers,
+            body,
+            dialect=turn.dialect,
+            streamed=turn.streamed,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    async def close(self) -> None:
+        await self.session.close()
