@@ -55,7 +55,10 @@ async def sustain(stream: Stream, concurrency: int, duration: float) -> float:
         nonlocal events
         n = i
         while time.monotonic() < stop_at:
-            events += await stream(n)
+            # Not `events += await ...`: that reads `events` before the await and writes it
+            # after, losing what the other workers added meanwhile.
+            got = await stream(n)
+            events += got
             n += concurrency
 
     t0 = time.monotonic()
