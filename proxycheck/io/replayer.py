@@ -26,7 +26,7 @@ import asyncio
 import ssl
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Literal, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Literal, Protocol, Sequence
 
 import aiohttp
 import httpx
@@ -262,17 +262,45 @@ async def _send(
 # Client stacks: one client per session connection
 
 
+@dataclass
 class _Client:
-    """A session's client: one connection pool that the plan's `new_connection` replaces."""
+    """A session's client: one connection pool (httpx client or aiohttp session) and the
+    observer for its stack. The plan's `new_connection` replaces it with a new one."""
 
-    observe: Callable[..., Awaitable[Observed]]
+    handle: Any
+    observe_with: Callable[..., Awaitable[Observed]]
+    close_with: Callable[[], Awaitable[Any]]
+
+    async def observe(self, turn: PlannedTurn, url: str, headers: dict[str, str], body: bytes, **kw: Any) -> Observed:
+        return await self.observe_with(
+            self.handle, turn.method, url, headers, body, dialect=turn.dialect, streamed=turn.streamed, **kw
+        )
 
     async def close(self) -> None:
-        raise NotImplementedError
+        await self.close_with()
 
 
 def _new_client(kind: ClientKind, route: Route, turn: PlannedTurn) -> _Client:
-    return _HttpxClient(route, turn) if kind == "httpx" else _AiohttpClient(route)
+    if kind == "httpx":
+        # trust_env=False: only the chain file's proxy, never a stray HTTP_PROXY, may add a
+        # hop. HTTP/2 when the turn was recorded over it (negotiated by ALPN on https).
+        client = httpx.AsyncClient(
+            proxy=route.proxy,
+            verify=_ssl_context(route.verify),
+            http2=(turn.http_version or "").upper().startswith("HTTP/2"),
+            trust_env=False,
+            follow_redirects=False,
+        )
+        return _Client(client, observe_httpx, client.aclose)
+    # A connector of its own per session connection: a new connection is a new connector.
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(ssl=_ssl_context(route.verify), limit=0),
+        trace_configs=[aiohttp_trace_config()],
+        proxy=route.proxy,
+        trust_env=False,
+        auto_decompress=True,
+    )
+    return _Client(session, observe_aiohttp, session.close)
 
 
 def _ssl_context(verify: bool | str) -> ssl.SSLContext | bool:
@@ -280,63 +308,3 @@ def _ssl_context(verify: bool | str) -> ssl.SSLContext | bool:
     if isinstance(verify, str):
         return ssl.create_default_context(cafile=verify)
     return verify
-
-
-class _HttpxClient(_Client):
-    def __init__(self, route: Route, turn: PlannedTurn) -> None:
-        # trust_env=False: only the chain file's proxy, never a stray HTTP_PROXY, may add a hop.
-        # HTTP/2 when the turn was recorded over it (negotiated by ALPN on https).
-        self.client = httpx.AsyncClient(
-            proxy=route.proxy,
-            verify=_ssl_context(route.verify),
-            http2=(turn.http_version or "").upper().startswith("HTTP/2"),
-            trust_env=False,
-            follow_redirects=False,
-        )
-
-    async def observe(
-        self, turn: PlannedTurn, url: str, headers: dict[str, str], body: bytes, **kw: object
-    ) -> Observed:
-        return await observe_httpx(
-            self.client,
-            turn.method,
-            url,
-            headers,
-            body,
-            dialect=turn.dialect,
-            streamed=turn.streamed,
-            **kw,  # type: ignore[arg-type]
-        )
-
-    async def close(self) -> None:
-        await self.client.aclose()
-
-
-class _AiohttpClient(_Client):
-    def __init__(self, route: Route) -> None:
-        # A connector of its own per session connection: a new connection is a new connector.
-        connector = aiohttp.TCPConnector(ssl=_ssl_context(route.verify), limit=0)
-        self.session = aiohttp.ClientSession(
-            connector=connector,
-            trace_configs=[aiohttp_trace_config()],
-            proxy=route.proxy,
-            trust_env=False,
-            auto_decompress=True,
-        )
-
-    async def observe(
-        self, turn: PlannedTurn, url: str, headers: dict[str, str], body: bytes, **kw: object
-    ) -> Observed:
-        return await observe_aiohttp(
-            self.session,
-            turn.method,
-            url,
-            headers,
-            body,
-            dialect=turn.dialect,
-            streamed=turn.streamed,
-            **kw,  # type: ignore[arg-type]
-        )
-
-    async def close(self) -> None:
-        await self.session.close()
