@@ -67,66 +67,39 @@ def short_keepalive_engine():
         proc.stop()
 
 
-@pytest.fixture(scope="module")
-def stalling_hop(engine):
-    """A reverse hop that stalls every stream after 6 events, from turn 3 on."""
-    proc = start_mitmdump(
-        "--mode", f"reverse:{engine.url}",
-        "-s", str(FAULTS),
-        "--set", "proxycheck_fault_stall_after=6",
-        "--set", f"proxycheck_fault_from_turn={STALL_FROM_TURN}",
-        "--set", "proxycheck_fault_stall_seconds=600",
-    )  # fmt: skip
+def fault_hop(engine, **faults: object):
+    """A reverse mitmdump hop in front of `engine` with the fault addon and these faults, stopped
+    when the module's tests are done."""
+    settings = [arg for name, value in faults.items() for arg in ("--set", f"proxycheck_fault_{name}={value}")]
+    proc = start_mitmdump("--mode", f"reverse:{engine.url}", "-s", str(FAULTS), *settings)
     try:
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture(scope="module")
+def stalling_hop(engine):
+    """A reverse hop that stalls every stream after 6 events, from turn 3 on."""
+    yield from fault_hop(engine, stall_after=6, from_turn=STALL_FROM_TURN, stall_seconds=600)
 
 
 @pytest.fixture(scope="module")
 def keepalive_stalling_hop(engine):
     """A reverse hop that, from turn 2 on, answers every withheld event with a keep-alive comment."""
-    proc = start_mitmdump(
-        "--mode", f"reverse:{engine.url}",
-        "-s", str(FAULTS),
-        "--set", "proxycheck_fault_stall_after=6",
-        "--set", "proxycheck_fault_stall_keepalive=true",
-        "--set", "proxycheck_fault_from_turn=2",
-        "--set", "proxycheck_fault_stall_seconds=600",
-    )  # fmt: skip
-    try:
-        yield proc
-    finally:
-        proc.stop()
+    yield from fault_hop(engine, stall_after=6, stall_keepalive="true", from_turn=2, stall_seconds=600)
 
 
 @pytest.fixture(scope="module")
 def blackhole_hop(engine):
     """A reverse hop that never answers a request arriving on a connection idle for over 0.3 s."""
-    proc = start_mitmdump(
-        "--mode", f"reverse:{engine.url}",
-        "-s", str(FAULTS),
-        "--set", "proxycheck_fault_idle_blackhole=0.3",
-        "--set", "proxycheck_fault_stall_seconds=600",
-    )  # fmt: skip
-    try:
-        yield proc
-    finally:
-        proc.stop()
+    yield from fault_hop(engine, idle_blackhole=0.3, stall_seconds=600)
 
 
 @pytest.fixture(scope="module")
 def truncating_hop(engine):
     """A reverse hop that keeps only the last 2 messages of every request (a context trimmer)."""
-    proc = start_mitmdump(
-        "--mode", f"reverse:{engine.url}",
-        "-s", str(FAULTS),
-        "--set", "proxycheck_fault_truncate_messages=2",
-    )  # fmt: skip
-    try:
-        yield proc
-    finally:
-        proc.stop()
+    yield from fault_hop(engine, truncate_messages=2)
 
 
 @pytest.fixture(scope="module")
