@@ -1,11 +1,13 @@
 """Replayer benchmarks, measured side by side in one run against the reference engine:
 
-(a) sustained SSE events/s at 256 concurrent streams (`--token-interval 0`) through the two
-    observers (`observe_httpx`, `observe_aiohttp`), each as a ratio against a minimal aiohttp
-    streaming client that reads lines and counts `data:` (goal >= 0.8 for aiohttp);
+(a) sustained SSE events/s at 256 concurrent streams (`--token-interval 0`) replayed by
+    `proxycheck.io.replayer.replay` with each client stack (`--client aiohttp`, and the default
+    httpx), each as a ratio against a minimal aiohttp streaming client of the kind
+    `vllm bench serve` uses (goal >= 0.8 for aiohttp), and against one that only counts lines;
 (b) at 64 concurrent sessions replayed by `proxycheck.io.replayer.replay`: the p99 of
-    |replayed - recorded| think time (goal <= 5 ms), and the p99 of how late the stall watchdog
-    cuts a stalled stream beyond its configured timeout (goal <= 50 ms).
+    |replayed - recorded| think time (goal <= 5 ms) with the sessions' starts spread over a think
+    time as recorded sessions' are (and, for scale, all in lockstep), and the p99 of how late the
+    stall watchdog cuts a stalled stream beyond its configured timeout (goal <= 50 ms).
 """
 
 from __future__ import annotations
@@ -19,13 +21,11 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 import aiohttp
-import httpx
 
 from proxycheck.core.chain import Route
 from proxycheck.core.observation import Observation
 from proxycheck.core.outcomes import Outcome
 from proxycheck.core.replayplan import PlannedSession, PlannedTurn, RecordedOutcome, Watchdogs, p99
-from proxycheck.io.observe import aiohttp_trace_config, observe_aiohttp, observe_httpx
 from proxycheck.io.procs import start_engine
 from proxycheck.io.replayer import ReplayOptions, replay
 
@@ -42,38 +42,49 @@ def body(i: int, tokens: int = TOKENS) -> bytes:
 
 
 # -------------------------------------------------------------------- (a) streaming throughput
+#
+# The same work for every client: 256 sessions at once, each sending `turns` requests one after
+# the other with no think time. The replayer runs it as it runs any replay (a client per
+# session, the connection reused across turns, every event parsed and timed). The baselines
+# share one aiohttp session among 256 workers, as `vllm bench serve` does: `vllm_style` reads
+# the stream line by line and, for each `data:` line, takes a timestamp, decodes the JSON and
+# keeps the delta text (what that client does to measure TTFT and ITL); `lines_only` only counts
+# `data:` lines, the least any client can do.
 
-Stream = Callable[[int], Awaitable[int]]  # sends request i, returns the events it counted
 
-
-async def sustain(stream: Stream, concurrency: int, duration: float) -> float:
-    """Events/s with `concurrency` workers each streaming request after request."""
+async def _baseline(url: str, concurrency: int, turns: int, parse: bool) -> float:
     events = 0
-    stop_at = time.monotonic() + duration
-
-    async def worker(i: int) -> None:
-        nonlocal events
-        n = i
-        while time.monotonic() < stop_at:
-            # Not `events += await ...`: that reads `events` before the await and writes it
-            # after, losing what the other workers added meanwhile.
-            got = await stream(n)
-            events += got
-            n += concurrency
-
-    t0 = time.monotonic()
-    await asyncio.gather(*(worker(i) for i in range(concurrency)))
-    return events / (time.monotonic() - t0)
-
-
-async def minimal(url: str, concurrency: int, duration: float) -> float:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
-        async def stream(i: int) -> int:
-            async with session.post(url + PATH, data=body(i), headers=HEADERS) as resp:
-                return len([line async for line in resp.content if line.startswith(b"data:")])
+        async def worker(s: int) -> None:
+            nonlocal events
+            for t in range(turns):
+                async with session.post(url + PATH, data=body(s * turns + t), headers=HEADERS) as resp:
+                    got, text, stamps = 0, [], []
+                    async for line in resp.content:
+                        if not line.startswith(b"data:"):
+                            continue
+                        got += 1
+                        data = line[5:].strip()
+                        if parse and data != b"[DONE]":
+                            stamps.append(time.perf_counter())
+                            choices = json.loads(data).get("choices")
+                            if choices:
+                                text.append(choices[0]["delta"].get("content") or "")
+                events += got
 
-        return await sustain(stream, concurrency, duration)
+        t0 = time.monotonic()
+        await asyncio.gather(*(worker(s) for s in range(concurrency)))
+        return events / (time.monotonic() - t0)
+
+
+async def replayer(url: str, concurrency: int, turns: int, client: str) -> float:
+    plan = sessions(concurrency, turns, 0.0, TOKENS)
+    options = ReplayOptions(watchdogs=WATCHDOGS, pace="fast", client=client)  # type: ignore[arg-type]
+    t0 = time.monotonic()
+    observations = await replayed(url, plan, options)
+    elapsed = time.monotonic() - t0
+    return sum(_events(obs) for obs in observations) / elapsed
 
 
 def _events(obs: Observation) -> int:
@@ -82,44 +93,29 @@ def _events(obs: Observation) -> int:
     return sum(1 for e in obs.events if e.kind != "comment")
 
 
-async def with_aiohttp(url: str, concurrency: int, duration: float) -> float:
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector, trace_configs=[aiohttp_trace_config()]) as session:
-
-        async def stream(i: int) -> int:
-            observed = await observe_aiohttp(session, "POST", url + PATH, HEADERS, body(i), dialect="openai_chat",
-                                             watchdogs=WATCHDOGS)  # fmt: skip
-            return _events(observed.observation)
-
-        return await sustain(stream, concurrency, duration)
-
-
-async def with_httpx(url: str, concurrency: int, duration: float) -> float:
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
-
-        async def stream(i: int) -> int:
-            observed = await observe_httpx(client, "POST", url + PATH, HEADERS, body(i), dialect="openai_chat",
-                                           watchdogs=WATCHDOGS)  # fmt: skip
-            return _events(observed.observation)
-
-        return await sustain(stream, concurrency, duration)
-
-
-def throughput(url: str, concurrency: int, duration: float) -> dict[str, float]:
-    """Best of two alternating rounds for each client, so noise hits all alike."""
-    clients = {"minimal_aiohttp": minimal, "observe_aiohttp": with_aiohttp, "observe_httpx": with_httpx}
+def throughput(url: str, concurrency: int, turns: int) -> dict[str, float]:
+    """Best of two alternating rounds for each client, so noise hits all alike. A first pass,
+    not measured, fills the engine's answer cache, so every client meets the same engine."""
+    clients: dict[str, Callable[[], Awaitable[float]]] = {
+        "vllm_style": lambda: _baseline(url, concurrency, turns, parse=True),
+        "lines_only": lambda: _baseline(url, concurrency, turns, parse=False),
+        "replay_aiohttp": lambda: replayer(url, concurrency, turns, "aiohttp"),
+        "replay_httpx": lambda: replayer(url, concurrency, turns, "httpx"),
+    }
+    asyncio.run(_baseline(url, concurrency, turns, parse=False))
     best = dict.fromkeys(clients, 0.0)
     for _ in range(2):
         for name, run in clients.items():
-            best[name] = max(best[name], asyncio.run(run(url, concurrency, duration)))
+            best[name] = max(best[name], asyncio.run(run()))
     return best
 
 
 # -------------------------------------------------------------------- (b) replay timing
 
 
-def sessions(count: int, turns: int, think: float, tokens: int) -> list[PlannedSession]:
+def sessions(count: int, turns: int, think: float, tokens: int, spread: float = 0.0) -> list[PlannedSession]:
+    """`count` sessions of `turns` turns; their recorded starts are spread evenly over `spread`
+    seconds (0: all at once)."""
     out = []
     for s in range(count):
         planned = tuple(
@@ -132,7 +128,7 @@ def sessions(count: int, turns: int, think: float, tokens: int) -> list[PlannedS
             )  # fmt: skip
             for t in range(1, turns + 1)
         )
-        out.append(PlannedSession(f"s{s}", "bench", "openai_chat", 0.0, planned))
+        out.append(PlannedSession(f"s{s}", "bench", "openai_chat", spread * s / count, planned))
     return out
 
 
@@ -166,7 +162,7 @@ def stall_lateness(observations: list[Observation], stall: float) -> list[float]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--duration", type=float, default=4.0, help="seconds per throughput measurement")
+    ap.add_argument("--turns", type=int, default=16, help="requests per session in the throughput measurement")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
 
@@ -174,33 +170,47 @@ def main() -> int:
     paced = start_engine("--token-interval", "0.002", "--ttft-per-kb", "0")
     stalling = start_engine("--token-interval", "0.002", "--ttft-per-kb", "0", "--fault", "stall:after=3")
     try:
-        rates = throughput(fast.url, 256, args.duration)
+        rates = throughput(fast.url, 256, args.turns)
         think, stall = 0.2, 0.5
-        obs = asyncio.run(replayed(paced.url, sessions(64, 4, think, 16), ReplayOptions(watchdogs=WATCHDOGS)))
-        think_p99 = p99(think_errors(obs, think))
+        # Recorded sessions start at different times; lockstep (all 64 start, and so wake from
+        # their think times, in the same millisecond) is the worst case, shown for scale.
+        errors = {}
+        for name, spread in (("staggered", think), ("lockstep", 0.0)):
+            plan = sessions(64, 4, think, 16, spread)
+            observed = asyncio.run(replayed(paced.url, plan, ReplayOptions(watchdogs=WATCHDOGS)))
+            errors[name] = think_errors(observed, think)
         stall_wd = Watchdogs(connect=10.0, headers=30.0, stall=stall, total=120.0)
         obs = asyncio.run(replayed(stalling.url, sessions(64, 1, think, 16), ReplayOptions(watchdogs=stall_wd)))
         late = stall_lateness(obs, stall)
     finally:
         for proc in (fast, paced, stalling):
             proc.stop()
-    base = rates["minimal_aiohttp"]
     figures = {
         "streams_256": {name: round(rate) for name, rate in rates.items()}
-        | {"ratio_aiohttp": round(rates["observe_aiohttp"] / base, 3), "ratio_httpx": round(rates["observe_httpx"] / base, 3)},
+        | {
+            f"ratio_{client}_to_{base}": round(rates[f"replay_{client}"] / rates[base], 3)
+            for client in ("aiohttp", "httpx")
+            for base in ("vllm_style", "lines_only")
+        },
         "sessions_64": {
-            "think_error_p99_ms": round(think_p99 * 1000, 2),
+            "think_error_p99_ms": round(p99(errors["staggered"]) * 1000, 2),
+            "think_error_p99_ms_lockstep": round(p99(errors["lockstep"]) * 1000, 2),
             "stall_late_p99_ms": round(p99(late) * 1000, 2),
             "stalled_exchanges": len(late),
         },
     }
     s, r = figures["streams_256"], figures["sessions_64"]
-    print(f"SSE events/s at 256 concurrent streams, {TOKENS}-token answers, no token delay:")
-    print(f"  minimal aiohttp {s['minimal_aiohttp']:>9,}")
-    print(f"  observe_aiohttp {s['observe_aiohttp']:>9,}  ratio {s['ratio_aiohttp']:.2f} (goal >= 0.8)")
-    print(f"  observe_httpx   {s['observe_httpx']:>9,}  ratio {s['ratio_httpx']:.2f}")
-    print("64 concurrent sessions replayed:")
-    print(f"  think time |replayed - recorded| p99 {r['think_error_p99_ms']:.2f} ms (goal <= 5 ms)")
+    print(f"SSE events/s at 256 concurrent streams, {TOKENS}-token answers, no token delay")
+    print("(ratios: to the vllm-style client, to the lines-only one):")
+    print(f"  vllm-style aiohttp client {s['vllm_style']:>9,}")
+    print(f"  lines-only aiohttp client {s['lines_only']:>9,}")
+    for client in ("aiohttp", "httpx"):
+        goal = "  (goal >= 0.8)" if client == "aiohttp" else ""
+        ratios = f"{s[f'ratio_{client}_to_vllm_style']:.2f}, {s[f'ratio_{client}_to_lines_only']:.2f}"
+        print(f"  replay --client {client:<9} {s[f'replay_{client}']:>9,}  ratio {ratios}{goal}")
+    print("64 concurrent sessions replayed (16-token answers at 2 ms a token, 0.2 s think times):")
+    print(f"  think time |replayed - recorded| p99 {r['think_error_p99_ms']:.2f} ms, staggered starts (goal <= 5 ms); "
+          f"{r['think_error_p99_ms_lockstep']:.2f} ms in lockstep")  # fmt: skip
     print(f"  stall cut beyond its timeout p99 {r['stall_late_p99_ms']:.2f} ms over {r['stalled_exchanges']} "
           "stalls (goal <= 50 ms)")  # fmt: skip
     if args.json:

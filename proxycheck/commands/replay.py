@@ -100,12 +100,15 @@ def _first(group: BaseException) -> BaseException:
 
 def _run(args: argparse.Namespace) -> int:
     from proxycheck.core.replayplan import derive_watchdogs
-    from proxycheck.io.replayer import ReplayOptions
+    from proxycheck.io.replayer import ReplayOptions, tls_context
 
     if not args.dry_run:
         _check_out(args.out)
     chain = _load_chain(args.chain)
     routes = chain.routes(list(dict.fromkeys(args.route)) if args.route else None)
+    for route in routes:  # a CA file that cannot be loaded is bad input, found before any traffic
+        if isinstance(route.verify, str):
+            tls_context(route.verify)
     sessions = _load_sessions(args.directory)
     try:
         watchdogs = derive_watchdogs(sessions).with_overrides(
@@ -120,6 +123,11 @@ def _run(args: argparse.Namespace) -> int:
         watchdogs=watchdogs, repeat=args.repeat, concurrency=args.concurrency, pace=args.pace,
         mode=args.mode, client=args.client, on_fail=args.on_fail, max_requests=args.max_requests,
     )  # fmt: skip
+    if options.client == "aiohttp":
+        h2 = sum(1 for s in sessions for t in s.turns if (t.http_version or "").upper().startswith("HTTP/2"))
+        if h2:
+            print_warnings([f"aiohttp speaks HTTP/1.1 only: {h2} turn(s) recorded over HTTP/2 go over HTTP/1.1 "
+                            "(the httpx client keeps HTTP/2)"])  # fmt: skip
     if args.dry_run:
         _dry_run(sessions, routes, options)
         return EXIT_OK

@@ -1,7 +1,7 @@
 """One response, read as the client saw it: SSE framing, the dialect's result, and when content came.
 
-`StreamTracker` is incremental (chunks and their arrival times in, what each completed event
-meant out): the replayer feeds it live, and `analyze_recorded` feeds it a recording's chunks. It
+`StreamTracker` is incremental (chunks and their arrival times in; whether they moved the
+response forward out, and a log of the events they completed): the replayer feeds it live, and `analyze_recorded` feeds it a recording's chunks. It
 frames SSE on the reassembled byte stream (proxies re-chunk), so chunk boundaries never matter.
 """
 
@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from proxycheck.core import dialects
-from proxycheck.core.model import EventKind, Result
+from proxycheck.core.model import Event, EventKind, Result
 from proxycheck.core.sse import SSEComment, SSEEvent, SSEParser
+
+_CONTENT, _TERMINAL, _ERROR = EventKind.CONTENT, EventKind.TERMINAL, EventKind.ERROR
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +37,16 @@ class ResponseAnalysis:
 
 
 class StreamTracker:
-    """Feeds SSE chunks to the parser and the dialect, keeping the timing of content events."""
+    """Feeds SSE chunks to the parser and the dialect, keeping the timing of content events and,
+    when asked (`log`), every event's time, size and kind.
 
-    def __init__(self, dialect: str | None) -> None:
+    `feed` and `close` say whether the chunk moved the response forward: a content, terminal or
+    error event (without a dialect nothing is known to be content, so any event does). Comments,
+    pings and other bookkeeping do not: that is what a stall watchdog must see. This is the
+    replayer's per-event hot path, hence one loop with no per-event allocation beyond the log.
+    """
+
+    def __init__(self, dialect: str | None, *, log: bool = False) -> None:
         self.dialect = dialect
         self._parser = SSEParser()
         self._acc = dialects.accumulator(dialect) if dialect else None
@@ -48,37 +57,51 @@ class StreamTracker:
         self._first_event: float | None = None
         self._content_times: list[float] = []
         self._incomplete = False
+        self.log: list[Event] | None = [] if log else None
 
-    def feed(self, chunk: bytes, time: float) -> list[tuple[EventKind | None, SSEEvent | SSEComment]]:
-        """Events completed by this chunk, each with what it meant (None for comments)."""
+    def feed(self, chunk: bytes, time: float) -> bool:
+        """Take a chunk that arrived at `time`; True if it completed an event that is progress."""
         if chunk and self._first_byte is None:
             self._first_byte = time
         self._bytes += len(chunk)
-        return self._handle(self._parser.feed(chunk, time))
+        return self._handle(self._parser.feed(chunk, time), time)
 
-    def close(self, time: float) -> list[tuple[EventKind | None, SSEEvent | SSEComment]]:
-        return self._handle(self._parser.close(time))
+    def close(self, time: float) -> bool:
+        """The stream ended at `time` (a last event without its blank line is reported incomplete)."""
+        return self._handle(self._parser.close(time), time)
 
-    def _handle(self, items: list[SSEEvent | SSEComment]) -> list[tuple[EventKind | None, SSEEvent | SSEComment]]:
-        out: list[tuple[EventKind | None, SSEEvent | SSEComment]] = []
+    def _handle(self, items: list[SSEEvent | SSEComment], time: float) -> bool:
+        progress = False
+        log = self.log
+        acc = self._acc
         for item in items:
-            if isinstance(item, SSEComment):
+            if item.__class__ is SSEComment:
                 self._comments += 1
-                out.append((None, item))
+                if log is not None:
+                    log.append(Event(time, item.end - item.start, "comment"))
                 continue
-            if not item.complete:
+            if not item.complete:  # type: ignore[union-attr]
                 self._incomplete = True
                 # An event cut at EOF is evidence of truncation, not content to trust.
-                out.append((EventKind.MALFORMED, item))
-                continue
-            self._events += 1
-            if self._first_event is None:
-                self._first_event = item.time
-            kind = self._acc.feed(item.type, item.data) if self._acc else EventKind.META
-            if kind is EventKind.CONTENT:
-                self._content_times.append(item.time)
-            out.append((kind, item))
-        return out
+                kind = EventKind.MALFORMED
+                progress |= acc is None
+            else:
+                self._events += 1
+                if self._first_event is None:
+                    self._first_event = time
+                if acc is None:
+                    kind = EventKind.META
+                    progress = True
+                else:
+                    kind = acc.feed(item.type, item.data)  # type: ignore[union-attr]
+                    if kind is _CONTENT:
+                        self._content_times.append(time)
+                        progress = True
+                    elif kind is _TERMINAL or kind is _ERROR:
+                        progress = True
+            if log is not None:
+                log.append(Event(time, item.end - item.start, kind._value_))  # _value_: no enum property lookup
+        return progress
 
     def analysis(self) -> ResponseAnalysis:
         times = self._content_times

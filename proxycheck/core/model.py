@@ -11,7 +11,16 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class Event(NamedTuple):
+    """One SSE event or comment as a client saw it: when it completed (seconds from the start of
+    its exchange), its size in bytes, and its kind (an `EventKind` value, or "comment")."""
+
+    t: float
+    size: int
+    kind: str
 
 
 class EventKind(enum.Enum):

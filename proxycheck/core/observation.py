@@ -23,7 +23,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, NamedTuple, TypeVar
 
-from proxycheck.core.model import Result
+from proxycheck.core.model import Event, Result  # Event: defined with the model, re-exported here
 from proxycheck.core.outcomes import Outcome
 
 # What one item of a response stream was. "comment" is an SSE comment (a keep-alive); the others
@@ -42,14 +42,6 @@ KEPT_HEADERS = (
     "x-proxycheck-request-sha256",
     "x-proxycheck-request-bytes",
 )
-
-
-class Event(NamedTuple):
-    """One SSE event or comment: when it completed (from `t_start`), its size in bytes, its kind."""
-
-    t: float
-    size: int
-    kind: str
 
 
 class ToolCallSummary(NamedTuple):

@@ -42,16 +42,14 @@ import httpx
 from aiohttp.http_exceptions import ContentEncodingError
 
 from proxycheck.core.analysis import ResponseAnalysis, StreamTracker, analyze_body
-from proxycheck.core.model import EventKind, Result
-from proxycheck.core.observation import Event, Observation, ResultSummary, select_headers
+from proxycheck.core.model import Result
+from proxycheck.core.observation import Observation, ResultSummary, select_headers
 from proxycheck.core.outcomes import Outcome, classify_recorded
 from proxycheck.core.replayplan import Watchdogs  # one definition: the replay plan's
 from proxycheck.core.wire import BYTES_HEADER, SHA_HEADER
 
 __all__ = ["ConnState", "Observed", "Watchdogs", "aiohttp_trace_config", "observe_aiohttp", "observe_httpx"]
 
-# Events that move a response forward. Comments, pings and other bookkeeping (META) do not.
-_PROGRESS = frozenset({EventKind.CONTENT, EventKind.TERMINAL, EventKind.ERROR})
 _ERROR_BODY_READ = 4096  # bytes of a non-2xx body read (to quote its start in the detail)
 _ERROR_BODY_QUOTE = 200  # characters of it quoted
 DEFAULT_WATCHDOGS = Watchdogs()
@@ -202,8 +200,7 @@ class _Exchange:
         self.start = time.monotonic()
         self.head: _Head | None = None
         self.headers_at: float | None = None
-        self.tracker = StreamTracker(dialect)
-        self.events: list[Event] = []
+        self.tracker = StreamTracker(dialect, log=True)
         self.parts: list[bytes] = []  # the body, when it is read whole (non-streamed, or an error)
         self.last_progress = self.start
         self.ended_cleanly = False
@@ -215,23 +212,16 @@ class _Exchange:
 
     def feed(self, chunk: bytes) -> bool:
         """Feed a streamed chunk; True if it completed an event that is progress."""
-        t = self.offset()
-        progress = False
-        for kind, item in self.tracker.feed(chunk, t):
-            progress |= self._note(kind, item)
-        return progress
-
-    def close_stream(self) -> None:
-        for kind, item in self.tracker.close(self.offset()):
-            self._note(kind, item)
-
-    def _note(self, kind: EventKind | None, item: Any) -> bool:
-        self.events.append(Event(_r(item.time), item.end - item.start, "comment" if kind is None else kind.value))
-        # Without a dialect nothing is known to be content, so any event counts as progress.
-        if kind in _PROGRESS or (self.dialect is None and kind is not None):
-            self.last_progress = time.monotonic()
+        now = time.monotonic()
+        if self.tracker.feed(chunk, _r(now - self.start)):
+            self.last_progress = now
             return True
         return False
+
+    def close_stream(self) -> None:
+        now = time.monotonic()
+        if self.tracker.close(_r(now - self.start)):
+            self.last_progress = now
 
     @property
     def ok_status(self) -> bool:
@@ -440,7 +430,7 @@ def _finish(stack: _Stack, x: _Exchange, verdict: Verdict, origin: float | None,
         first_event=_opt_r(a.first_event) if a else None,
         first_content=_opt_r(a.first_content) if a else None,
         end=_offset(x, end),
-        events=tuple(x.events),
+        events=tuple(x.tracker.log or ()),
         streamed=x.streamed,
         status=x.head.status if x.head else None,
         response_headers=select_headers(x.head.headers) if x.head else (),

@@ -994,3 +994,33 @@ def test_valid_events_with_a_mutated_field_never_raise(
     acc.result()
     obj = json.loads(body(_BODIES[dialect]))
     parse_body(dialect, json.dumps(_mutate(obj, data.draw)))
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def _loads_or_error(loads, text: str) -> object:
+    try:
+        return ("value", loads(text))
+    except json.JSONDecodeError:
+        return ("error",)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        _JSON_VALUES.map(json.dumps),
+        st.tuples(_JSON_VALUES.map(json.dumps), st.sampled_from(["", " ", "\n", " x", "}", ",1"])).map("".join),
+        st.text(alphabet=' {}[]":,0123456789truefalsn\\\t\n', max_size=16),
+    )
+)
+def test_event_json_decoding_agrees_with_json_loads(text: str) -> None:
+    # The dialects decode every streamed event with a faster path than json.loads; it must
+    # accept and refuse exactly the same data, or a stream's outcome would change.
+    from proxycheck.core.dialects.base import _loads
+
+    assert _loads_or_error(_loads, text) == _loads_or_error(json.loads, text)

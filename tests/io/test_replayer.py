@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -307,6 +308,77 @@ def test_aiohttp_client_stack(world: World, tmp_path: Path) -> None:
     assert p99(think_errors(world, obs)) <= THINK_ERROR
 
 
+# --------------------------------------------------------------------------------------------
+# https entries and forward (CONNECT) hops
+
+
+@dataclass
+class TlsChain:
+    tls: Managed  # mitmdump in reverse mode: serves TLS (its CA's certificate) in front of the engine
+    forward: Managed  # mitmdump as a plain forward proxy: CONNECT tunnels, no interception
+    ca: Path
+
+    def chain(self, world: World, tmp: Path, verify: str | None = None) -> Path:
+        path = tmp / "chain.toml"
+        path.write_text(
+            f'engine = "{world.engine.url}"\n'
+            f'[[hop]]\nname = "corp"\nproxy = "{self.forward.url}"\n'
+            f'[[hop]]\nname = "tls"\nurl = "https://127.0.0.1:{self.tls.port}"\n'
+            f"verify = {verify or json.dumps(str(self.ca))}\n"
+        )
+        return path
+
+
+@pytest.fixture(scope="module")
+def tls_chain(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsChain]:
+    confdir = tmp_path_factory.mktemp("mitmproxy-conf")
+    started: list[Managed] = []
+    try:
+        started.append(start_mitmdump("--mode", f"reverse:{world.engine.url}", "--set", f"confdir={confdir}"))
+        started.append(start_mitmdump("--mode", "regular", "--ignore-hosts", ".*", "--set", f"confdir={confdir}"))
+        yield TlsChain(started[0], started[1], confdir / "mitmproxy-ca-cert.pem")
+    finally:
+        for proc in started:
+            proc.stop()
+
+
+@pytest.mark.parametrize("client", ["httpx", "aiohttp"])
+def test_forward_hop_tunnels_to_an_https_entry(world: World, tls_chain: TlsChain, tmp_path: Path, client: str) -> None:
+    chain = tls_chain.chain(world, tmp_path)
+    out = tmp_path / "run"
+    argv = ["--route", "via:tls", "--route", "via:corp", "--pace", "fast", "--client", client]
+    assert run_replay(str(world.recording), "--chain", str(chain), *argv, "--out", str(out)) == 0
+    routes = by_route(load_run(out))
+    assert set(routes) == {"via:tls", "via:corp"}
+    for obs in routes["via:tls"] + routes["via:corp"]:
+        assert obs.outcome is Outcome.OK, (obs.route, obs.detail)
+        assert obs.http_version == "HTTP/1.1"
+    # The forward hop carried the via:corp exchanges: it tunnelled to the https entry's port.
+    assert f"server connect 127.0.0.1:{tls_chain.tls.port}" in tls_chain.forward.log_tail(100_000)
+
+
+async def test_an_untrusted_certificate_is_a_connect_error(world: World, tls_chain: TlsChain, tmp_path: Path) -> None:
+    # verify = true trusts the usual public CAs, not the hop's own: every exchange fails to connect.
+    chain = parse_chain(tls_chain.chain(world, tmp_path, verify="true").read_text(), {}, "chain")
+    seen: list[Observation] = []
+    await replay(world.sessions[:1], chain.routes(["via:tls"]), ReplayOptions(pace="fast"), "run-1", seen.append)
+    assert [o.outcome for o in seen] == [Outcome.CONNECT_ERROR] * len(world.sessions[0].turns)
+    assert "CERTIFICATE_VERIFY_FAILED" in seen[0].detail
+
+
+def test_aiohttp_warns_it_replays_http2_turns_over_http11(
+    world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recording = tmp_path / "h2"
+    shutil.copytree(world.recording, recording)
+    for journal in recording.glob("*.jsonl"):
+        journal.write_text(journal.read_text().replace('"http":"HTTP/1.1"', '"http":"HTTP/2.0"'))
+    chain = chain_file(tmp_path, world.engine.url)
+    assert run_replay(str(recording), "--chain", str(chain), "--client", "aiohttp", "--dry-run") == 0
+    err = capsys.readouterr().err
+    assert "warning: aiohttp speaks HTTP/1.1 only: 6 turn(s) recorded over HTTP/2" in err
+
+
 class Capture:
     """A replay listener that keeps what was sent."""
 
@@ -426,7 +498,10 @@ def test_max_requests_stops_sending(world: World, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "case",
-    ["bad_chain", "missing_chain", "unknown_route", "no_recording", "run_exists", "bad_pace", "bad_timeout", "no_out"],
+    [
+        "bad_chain", "missing_chain", "unknown_route", "no_recording", "run_exists", "bad_pace", "bad_timeout", "no_out",
+        "bad_ca_file",
+    ],  # fmt: skip
 )
 def test_bad_input_is_one_line_and_exit_2(
     world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
@@ -437,6 +512,10 @@ def test_bad_input_is_one_line_and_exit_2(
     existing = tmp_path / "existing"
     existing.mkdir()
     (existing / "run.json").write_text("{}")
+    not_a_ca = tmp_path / "ca.pem"
+    not_a_ca.write_text("not a certificate\n")
+    bad_ca = tmp_path / "bad-ca.toml"
+    bad_ca.write_text(f'engine = "{world.engine.url}"\n[engine_options]\nverify = {json.dumps(str(not_a_ca))}\n')
     rec, out = str(world.recording), str(tmp_path / "run")
     argv = {
         "bad_chain": [rec, "--chain", str(bad), "--out", out],
@@ -447,6 +526,7 @@ def test_bad_input_is_one_line_and_exit_2(
         "bad_pace": [rec, "--chain", str(good), "--pace", "slow", "--out", out],
         "bad_timeout": [rec, "--chain", str(good), "--stall-timeout", "0", "--out", out],
         "no_out": [rec, "--chain", str(good)],
+        "bad_ca_file": [rec, "--chain", str(bad_ca), "--out", out],
     }[case]
     assert run_replay(*argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
