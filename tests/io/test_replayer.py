@@ -95,6 +95,7 @@ def _hop_args(sessions: list[PlannedSession]) -> dict[str, list[str]]:
         "drop_terminal": ["drop_terminal=true"],
         "truncate": ["truncate_messages=1"],
         "buffer": ["buffer=true"],
+        "slow_headers": ["delay_headers=4"],
         "isolate": ["stall_after=2", f"min_body={sizes[-2]}"],
     }
 
@@ -248,10 +249,11 @@ def _fault_run(world: World, tmp_path: Path, hop: str, *extra: str) -> dict[str,
         ("max_body", {1: Outcome.HTTP_ERROR, 2: Outcome.HTTP_ERROR, 3: Outcome.HTTP_ERROR}),
         ("drop_terminal", {1: Outcome.TRUNCATED, 2: Outcome.TRUNCATED, 3: Outcome.TRUNCATED}),
         ("truncate", {2: Outcome.REQUEST_MUTATED, 3: Outcome.REQUEST_MUTATED}),
+        ("slow_headers", dict.fromkeys((1, 2, 3), Outcome.STALL_BEFORE_HEADERS)),
     ],
 )
 def test_fault_outcomes(world: World, tmp_path: Path, hop: str, expected: dict[int, Outcome]) -> None:
-    obs = _fault_run(world, tmp_path, hop)["via:faulty"]
+    obs = _fault_run(world, tmp_path, hop, "--header-timeout", "0.5")["via:faulty"]
     assert len(obs) == 6
     for o in obs:
         if o.turn in expected:
