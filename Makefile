@@ -1,14 +1,39 @@
-# The two commands a newcomer needs are `make test` and (once it exists) `make demo`.
+# The two commands a newcomer needs are `make demo` and `make test`.
 # Both work on a fresh machine: they create .venv and install the package on first use.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test sessions bench clean venv-with-apt
+.PHONY: demo test sessions bench clean venv-with-apt test-browser
 
-test: $(STAMP)
+# Debian packages are installed when they are missing and we may: CI runs `make test` as root on a
+# clean Debian machine. `apt-get update` runs only when an install fails without it (no package
+# lists yet, or stale ones), so one update serves every install of a run (python3-venv, the browser).
+CAN_APT     = [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null
+APT_GET     = DEBIAN_FRONTEND=noninteractive apt-get -y -qq
+apt_install = $(APT_GET) install $(1) >/dev/null 2>&1 || { $(APT_GET) update && $(APT_GET) install $(1); }
+
+# The main job: the reference engine behind a chain of two mitmproxy hops, one of them faulty; agent
+# sessions wedge; `check` names the hop; the hop is fixed and the recording replayed clean. OUT= moves
+# its files (default proxycheck-demo/).
+demo: $(STAMP)
+	$(BIN)/proxycheck demo --out $(or $(OUT),proxycheck-demo)
+
+test: $(STAMP) test-browser
 	$(BIN)/python -m pytest
+
+# The HTML report is checked in headless Chromium, driven by chromedriver (tests/report): install the
+# Debian packages chromium and chromium-driver for what is missing. Not root: the test skips, saying why.
+test-browser:
+	@missing=""; \
+	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || missing=" chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	if [ -z "$$missing" ]; then :; \
+	elif $(CAN_APT); then \
+		echo "installing$$missing for the HTML report's browser test"; \
+		$(call apt_install,$$missing) || echo "make: could not install$$missing: the browser test will fail" >&2; \
+	else echo "make:$$missing missing (not root, so not installed): the browser test will be skipped" >&2; fi
 
 # List the sessions of the example recording that ships in replays/.
 sessions: $(STAMP)
@@ -26,8 +51,8 @@ $(STAMP): pyproject.toml
 # A Debian python3 without its venv module: install it when we may (CI runs as root), then retry.
 venv-with-apt:
 	rm -rf $(VENV)
-	[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null || { echo "python3 -m venv failed: install python3-venv" >&2; exit 1; }
-	apt-get update -qq && apt-get install -y -qq python3-venv
+	$(CAN_APT) || { echo "python3 -m venv failed: install python3-venv" >&2; exit 1; }
+	$(call apt_install,python3-venv)
 	$(PYTHON) -m venv $(VENV)
 
 clean:

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
 import sys
 from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
-from proxycheck.core.errors import BadInput
+from proxycheck.core.errors import BadInput, ProxycheckError
 
 EXIT_OK, EXIT_FAULT, EXIT_BAD_INPUT = 0, 1, 2
 MAX_WARNINGS = 10
@@ -78,3 +79,27 @@ def parse_listen(text: str) -> tuple[str, int]:
         raise BadInput(f"--listen {text}", "expected HOST:PORT, e.g. 127.0.0.1:30000")
     host = host.strip("[]") or "127.0.0.1"
     return host, int(port)
+
+
+def reports_bad_input(body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A command's `run`: bad input (ProxycheckError, also raised inside a task group, as when a
+    replayed session meets a full disk) becomes one line on stderr and exit status 2."""
+
+    @functools.wraps(body)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return body(args)
+        except ProxycheckError as exc:
+            print(f"proxycheck: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except ExceptionGroup as group:
+            mine, _ = group.split(ProxycheckError)
+            if mine is None:
+                raise
+            first: BaseException = mine
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            print(f"proxycheck: {first}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+
+    return run

@@ -30,6 +30,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="close idle keep-alive connections after S seconds (vLLM's default is 5)")
     p.add_argument("--tool-call-rate", type=probability, default=0.5, metavar="P",
                    help="probability that a turn offering tools answers with a tool call")
+    p.add_argument("--jitter", type=probability, default=0.0, metavar="F",
+                   help="scale each answer's TTFT and token interval by a random factor in 1 +- F (default 0)")
     p.add_argument("--model", default="proxycheck-reference", help="model name for /v1/models")
     p.add_argument("--seed", type=int, default=0, help="changes every answer (default 0)")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
@@ -80,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         access_log=args.access_log,
         replay=replay,
         replay_speed=1.0 if args.replay_speed is None else args.replay_speed,
+        jitter=args.jitter,
     )
     try:
         asyncio.run(serve(config, host, port, ready=announce))

@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from proxycheck.commands.common import (
-    EXIT_BAD_INPUT,
     EXIT_FAULT,
     EXIT_OK,
     positive_int,
     positive_seconds,
     print_warnings,
+    reports_bad_input,
 )
-from proxycheck.core.errors import BadInput, ProxycheckError
+from proxycheck.core.errors import BadInput
 
 ON_FAIL = ("continue", "stop-session")
 
@@ -52,6 +52,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--chain", required=True, metavar="F", help="the chain file (TOML)")
     p.add_argument("--route", action="append", metavar="R", help="a route to replay (repeatable; default: the ladder)")
     p.add_argument("--repeat", type=positive_int, default=1, metavar="N", help="replay each route N times")
+    add_replay_flags(p)
+    p.add_argument("--max-requests", type=positive_int, metavar="N", help="send at most N requests in all")
+    p.add_argument("--dry-run", action="store_true", help="print the requests that would be sent; send nothing")
+    p.add_argument("--out", metavar="RUN", help="the run directory to write (required unless --dry-run)")
+    p.set_defaults(run=run)
+
+
+def add_replay_flags(p: argparse.ArgumentParser) -> None:
+    """How sessions are replayed: shared by `replay` and `check`."""
     p.add_argument(
         "--concurrency", type=positive_int, metavar="C",
         help="closed loop: at most C sessions at once (default: sessions start at their recorded offsets)",
@@ -71,45 +80,37 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--header-timeout", type=positive_seconds, metavar="S", help="response headers watchdog (s)")
     p.add_argument("--stall-timeout", type=positive_seconds, metavar="S", help="no-content-progress watchdog (s)")
     p.add_argument("--total-timeout", type=positive_seconds, metavar="S", help="whole-exchange watchdog (s)")
-    p.add_argument("--max-requests", type=positive_int, metavar="N", help="send at most N requests in all")
-    p.add_argument("--dry-run", action="store_true", help="print the requests that would be sent; send nothing")
-    p.add_argument("--out", metavar="RUN", help="the run directory to write (required unless --dry-run)")
-    p.set_defaults(run=run)
 
 
+@reports_bad_input
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except ProxycheckError as exc:
-        print(f"proxycheck: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except ExceptionGroup as group:
-        # A session task that failed on bad input or storage (a full disk) ends the replay.
-        mine, _ = group.split(ProxycheckError)
-        if mine is None:
-            raise
-        print(f"proxycheck: {_first(mine)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-
-
-def _first(group: BaseException) -> BaseException:
-    while isinstance(group, BaseExceptionGroup):
-        group = group.exceptions[0]
-    return group
-
-
-def _run(args: argparse.Namespace) -> int:
-    from proxycheck.core.replayplan import derive_watchdogs
-    from proxycheck.io.replayer import ReplayOptions, tls_context
-
     if not args.dry_run:
-        _check_out(args.out)
-    chain = _load_chain(args.chain)
+        check_out(args.out)
+    chain = load_chain(args.chain)
     routes = chain.routes(list(dict.fromkeys(args.route)) if args.route else None)
-    for route in routes:  # a CA file that cannot be loaded is bad input, found before any traffic
+    check_tls(routes)
+    sessions = load_sessions(args.directory)
+    options = replay_options(args, sessions, repeat=args.repeat, max_requests=args.max_requests)
+    if args.dry_run:
+        _dry_run(sessions, routes, options)
+        return EXIT_OK
+    return _replay(args, chain, routes, sessions, options)
+
+
+def check_tls(routes: list[Any]) -> None:
+    """A CA file that cannot be loaded is bad input, found before any traffic."""
+    from proxycheck.io.replayer import tls_context
+
+    for route in routes:
         if isinstance(route.verify, str):
             tls_context(route.verify)
-    sessions = _load_sessions(args.directory)
+
+
+def replay_options(args: argparse.Namespace, sessions: list[Any], **kw: Any) -> Any:
+    """ReplayOptions from the flags of `add_replay_flags`, watchdogs derived from the sessions."""
+    from proxycheck.core.replayplan import derive_watchdogs
+    from proxycheck.io.replayer import ReplayOptions
+
     try:
         watchdogs = derive_watchdogs(sessions).with_overrides(
             connect=args.connect_timeout,
@@ -120,21 +121,18 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise BadInput("watchdogs", str(exc)) from None
     options = ReplayOptions(
-        watchdogs=watchdogs, repeat=args.repeat, concurrency=args.concurrency, pace=args.pace,
-        mode=args.mode, client=args.client, on_fail=args.on_fail, max_requests=args.max_requests,
+        watchdogs=watchdogs, concurrency=args.concurrency, pace=args.pace, mode=args.mode, client=args.client,
+        on_fail=args.on_fail, **kw,
     )  # fmt: skip
     if options.client == "aiohttp":
         h2 = sum(1 for s in sessions for t in s.turns if (t.http_version or "").upper().startswith("HTTP/2"))
         if h2:
             print_warnings([f"aiohttp speaks HTTP/1.1 only: {h2} turn(s) recorded over HTTP/2 go over HTTP/1.1 "
                             "(the httpx client keeps HTTP/2)"])  # fmt: skip
-    if args.dry_run:
-        _dry_run(sessions, routes, options)
-        return EXIT_OK
-    return _replay(args, chain, routes, sessions, options)
+    return options
 
 
-def _check_out(out: str | None) -> None:
+def check_out(out: str | None) -> None:
     from proxycheck.io.runstore import RUN_FILE
 
     if not out:
@@ -146,7 +144,7 @@ def _check_out(out: str | None) -> None:
         raise BadInput(out, "exists and is not a directory")
 
 
-def _load_chain(path: str) -> Any:
+def load_chain(path: str) -> Any:
     from proxycheck.core.chain import parse_chain
 
     try:
@@ -158,7 +156,7 @@ def _load_chain(path: str) -> Any:
     return parse_chain(text, os.environ, path)
 
 
-def _load_sessions(directory: str) -> list[Any]:
+def load_sessions(directory: str) -> list[Any]:
     from proxycheck.commands.sessions import recorded_session_headers
     from proxycheck.core.replayplan import plan_sessions
     from proxycheck.core.sessions import DEFAULT_SESSION_HEADERS
@@ -206,7 +204,7 @@ def _dry_run(sessions: list[Any], routes: list[Any], options: Any) -> None:
 # The replay, with its run directory and progress
 
 
-def _chain_doc(chain: Any) -> dict[str, Any]:
+def chain_doc(chain: Any) -> dict[str, Any]:
     """The chain as run.json keeps it: URLs and header NAMES only (values may be credentials)."""
     return {
         "source": chain.source,
@@ -238,7 +236,7 @@ def _replay(args: argparse.Namespace, chain: Any, routes: list[Any], sessions: l
     from proxycheck.io.runstore import RunWriter
 
     writer = RunWriter(
-        args.out, chain=_chain_doc(chain), routes=[r.name for r in routes], options=_options_doc(args, options)
+        args.out, chain=chain_doc(chain), routes=[r.name for r in routes], options=_options_doc(args, options)
     )
     outcomes: Counter[str] = Counter()
 

@@ -545,8 +545,6 @@ class Recorder:
         assert response is not None
         server = self._server_facts(flow)
         capture = self._live(flow)
-        if capture is None:
-            return
         streamed = tee_response(
             content_type=response.headers.get("content-type"),
             content_length=_content_length(response.headers),
@@ -554,6 +552,12 @@ class Recorder:
             already_streamed=bool(response.stream),
             stream_large_bodies=_limit("stream_large_bodies"),
         )
+        if capture is None:
+            # Not recorded (a replay passing through, filtered out, not an LLM call): a stream
+            # still passes as it comes. Left alone, mitmproxy would buffer it whole.
+            if streamed and not response.stream:
+                response.stream = True
+            return
         capture.writer.response(
             capture.xid,
             response.status_code,

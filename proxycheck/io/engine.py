@@ -27,10 +27,11 @@ import asyncio
 import hashlib
 import json
 import logging
+import random
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
@@ -68,6 +69,10 @@ class EngineConfig:
     access_log: bool = False
     replay: ReplayMatcher | None = None  # answer with a recording instead of synthetic answers
     replay_speed: float = 1.0  # recorded times are divided by this; 0 = no waiting
+    jitter: float = 0.0  # each answer's TTFT and token interval scaled by a random 1 +- jitter
+
+
+_JITTER = random.Random()  # not seeded: timing jitter differs from run to run, on purpose
 
 
 class _Closed(Exception):
@@ -125,6 +130,12 @@ class Engine:
         digest[TURN_HEADER] = str(turn)
         faults = active_faults(self.config.faults, turn=turn, draw=synth.seed_of(body, self.config.seed + self.requests))
         plan, encoded = self._answer(dialect, req, body, digest[SHA_HEADER])
+        if self.config.jitter:
+            # Timing varies between identical requests, as a real engine's does (the content
+            # does not): what a noise floor must absorb.
+            j = self.config.jitter
+            plan = replace(plan, ttft=plan.ttft * _JITTER.uniform(1 - j, 1 + j),
+                           interval=plan.interval * _JITTER.uniform(1 - j, 1 + j))  # fmt: skip
 
         if faults.delay_headers:
             await asyncio.sleep(faults.delay_headers)

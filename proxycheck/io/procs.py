@@ -168,12 +168,15 @@ def start_engine(*args: str, host: str = "127.0.0.1", timeout: float = 30.0, **k
     return proc.wait_ready(timeout)
 
 
-def start_mitmdump(*args: str, host: str = "127.0.0.1", timeout: float = 60.0, **kw: object) -> Managed:
-    """mitmdump on a loopback port the system picks, ready; `args` give its mode, scripts and
-    options. Flows are not printed (`flow_detail=0`); addon log lines are."""
+def start_mitmdump(
+    *args: str, host: str = "127.0.0.1", port: int = 0, timeout: float = 60.0, **kw: object
+) -> Managed:
+    """mitmdump on a loopback port (0: one the system picks), ready; `args` give its mode,
+    scripts and options. Flows are not printed (`flow_detail=0`); addon log lines are."""
     argv = [
-        mitmdump_path(), "--listen-host", host, "--listen-port", "0",
+        mitmdump_path(), "--listen-host", host, "--listen-port", str(port),
         "--set", "flow_detail=0", "--set", "connection_strategy=lazy", *args,
     ]
-    proc = Managed(argv, host, 0, name="mitmdump", port_pattern=r"listening at \S+:(\d+)", **kw)  # type: ignore[arg-type]
+    pattern = r"listening at \S+:(\d+)" if port == 0 else None
+    proc = Managed(argv, host, port, name="mitmdump", port_pattern=pattern, **kw)  # type: ignore[arg-type]
     return proc.wait_ready(timeout)

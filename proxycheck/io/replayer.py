@@ -68,6 +68,7 @@ class ReplayOptions:
     client: ClientKind = "httpx"
     on_fail: OnFail = "continue"
     max_requests: int | None = None
+    first_repetition: int = 1  # the number of the first repetition (a run replayed in steps)
 
 
 class ReplayListener(Protocol):
@@ -159,7 +160,7 @@ async def replay(
     with _collector_out_of_the_way():
         origin = time.monotonic()
         for route in routes:
-            for repetition in range(1, options.repeat + 1):
+            for repetition in range(options.first_repetition, options.first_repetition + options.repeat):
                 if budget.exhausted:
                     return "limited"
                 ctx = _Context(route, repetition, run_id, options, sink, heard, budget, origin, tls[route.name])

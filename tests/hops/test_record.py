@@ -518,6 +518,24 @@ def test_sigterm_marks_in_flight_exchanges_and_only_llm_traffic_is_recorded(
     assert "proxycheck recorder: 1 replayed request(s) (x-proxycheck-replay) passed through unrecorded" in hop.log()
 
 
+@pytest.mark.timeout(60)
+def test_a_replayed_stream_passes_through_unbuffered(slow_engine: Managed, hops: HopFactory) -> None:
+    # A replay through a chain the recorder stays in: not recorded, and still streamed as it
+    # comes (mitmproxy buffers any response no addon marks as streamed).
+    hop = hops(f"reverse:{slow_engine.url}")
+    arrivals: list[float] = []
+    with httpx.Client(timeout=10.0, trust_env=False) as client:
+        t0 = time.monotonic()
+        with client.stream("POST", hop.url + CHAT, content=chat_body(max_tokens=20),
+                           headers={"content-type": "application/json", "x-proxycheck-replay": "run-1"}) as resp:
+            for _ in resp.iter_raw():
+                arrivals.append(time.monotonic() - t0)
+    assert resp.status_code == 200 and len(arrivals) > 1
+    # 20 tokens SLOW_TOKENS apart: the first bytes come long before the last.
+    assert arrivals[0] < arrivals[-1] - 10 * SLOW_TOKENS
+    assert hop.recording().exchanges == []
+
+
 # --------------------------------------------------------------------------------------------
 # errors
 

@@ -195,3 +195,17 @@ def test_bad_arguments_are_one_line_and_exit_2() -> None:
                                 timeout=30)
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_jitter_varies_timing_between_identical_requests_but_not_content() -> None:
+    proc = start_engine("--token-interval", "0.01", "--ttft-base", "0.05", "--ttft-per-kb", "0", "--jitter", "0.5")
+    try:
+        doc = body_for("openai_chat", n=10)
+        seen = [stream(proc.url, "/v1/chat/completions", doc)[1] for _ in range(6)]
+    finally:
+        proc.stop()
+    assert len({a.result.text for a in seen}) == 1  # the same answer every time
+    durations = [a.last_content - a.first_content for a in seen]
+    ttfts = [a.first_content for a in seen]
+    # 9 gaps of 10 ms scaled by 0.5-1.5 each time: six draws do not all land within 10% of each other.
+    assert max(durations) > 1.1 * min(durations) and max(ttfts) > 1.1 * min(ttfts)

@@ -1,0 +1,196 @@
+"""`proxycheck check DIR --chain F`: the one-command verdict.
+
+This module owns the command: it replays the recording over the chain's ladder as the localizer
+(`proxycheck.core.localize`) asks, route by route and repetition by repetition, into one run
+directory, and hands the verdict to the reports (`proxycheck.commands.verdicts`). Exit 0 when
+the chain is healthy (or the recorded failures do not reproduce), 1 when a fault was found, 2 on
+bad input; Ctrl-C keeps what was observed as a loadable run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+from proxycheck.commands.common import positive_int, reports_bad_input
+from proxycheck.commands.replay import (
+    Progress,
+    add_replay_flags,
+    chain_doc,
+    check_out,
+    check_tls,
+    load_chain,
+    load_sessions,
+    replay_options,
+)
+from proxycheck.commands.verdicts import add_report_flags, emit
+
+DEFAULT_MAX_REPEAT = 10
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = commands.add_parser(
+        "check",
+        help="find the hop (or the server) that breaks the recorded sessions",
+        description="Replay a recording straight to the engine (twice: the noise floor) and through "
+        "each hop of the chain, compare every route with the direct one, and name the hop whose entry "
+        "turns a clean route into a failing one, or the server. Exit 0 healthy, 1 fault found, 2 bad input.",
+    )
+    p.add_argument("directory", metavar="DIR", help="a recording directory")
+    p.add_argument("--chain", required=True, metavar="F", help="the chain file (TOML)")
+    p.add_argument(
+        "--strategy", choices=("ladder", "bisect"), default="ladder",
+        help="routes outward one by one (ladder), or binary search over them (bisect: long chains)",
+    )  # fmt: skip
+    p.add_argument(
+        "--repeat", type=positive_int, default=1, metavar="N",
+        help="repetitions of each route before it is judged (direct gets at least 2: the noise floor)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-repeat", type=positive_int, default=DEFAULT_MAX_REPEAT, metavar="M",
+        help="repetitions allowed to tell a flaky route from the next one inward before giving up "
+        f"(inconclusive; default {DEFAULT_MAX_REPEAT})",
+    )  # fmt: skip
+    add_replay_flags(p)
+    add_report_flags(p)
+    p.add_argument("--out", metavar="RUN", help="the run directory to keep (default: a new one in the temp dir)")
+    p.set_defaults(run=run)
+
+
+@reports_bad_input
+def run(args: argparse.Namespace) -> int:
+    from proxycheck.core.localize import Localizer, RecordedFailure
+    from proxycheck.io.runstore import RunWriter
+
+    if args.out:
+        check_out(args.out)
+    chain = load_chain(args.chain)
+    ladder = chain.ladder()
+    routes = {name: chain.route(name) for name in ladder}
+    check_tls(list(routes.values()))
+    sessions = load_sessions(args.directory)
+    options = replay_options(args, sessions)
+    recorded = [
+        RecordedFailure(t.session, t.turn, t.recorded.outcome.value, t.recorded.detail)
+        for s in sessions for t in s.turns if t.recorded.outcome.is_failure
+    ]  # fmt: skip
+    out = args.out or tempfile.mkdtemp(prefix="proxycheck-check-")
+    localizer = Localizer(
+        ladder, {name: r.hops for name, r in routes.items()}, strategy=args.strategy, repeat=args.repeat,
+        max_repeat=args.max_repeat, fail_on=args.fail_on, recorded_failures=recorded,
+        differences=differences(sessions, options, recorded), run=out,
+    )  # fmt: skip
+    writer = RunWriter(out, chain=chain_doc(chain), routes=ladder, options=_options_doc(args, options))
+    progress = Progress(sys.stderr)
+    try:
+        verdict = asyncio.run(_drive(localizer, sessions, routes, options, writer, progress))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        progress.stop()
+        writer.close("interrupted")
+        print(f"proxycheck: interrupted; {writer.count} observation(s) kept in {out}", file=sys.stderr)
+        return 130
+    except BaseException:
+        progress.stop()
+        writer.close("failed")
+        raise
+    progress.stop()
+    writer.close("completed")
+    print(f"proxycheck: run {writer.run_id}: {writer.count} observation(s) in {out}", file=sys.stderr)
+    judged = {name: localizer.judged(name) for name in ladder if localizer.replayed(name)}
+    return emit(verdict, judged, args, keep_in=out)
+
+
+async def _drive(localizer: Any, sessions: list[Any], routes: dict[str, Any], options: Any, writer: Any,
+                 progress: Any) -> Any:  # fmt: skip
+    """Replay what the localizer asks until it decides."""
+    from proxycheck.core.localize import Decided
+    from proxycheck.io.replayer import replay
+
+    next_repetition: Counter[str] = Counter()
+    while True:
+        step = localizer.next()
+        if isinstance(step, Decided):
+            return step.verdict
+        first = next_repetition[step.route] + 1
+        got: list[Any] = []
+        step_options = replace(options, repeat=step.repetitions, first_repetition=first)
+        await replay(sessions, [routes[step.route]], step_options, writer.run_id, _tee(writer, got), progress)
+        next_repetition[step.route] += step.repetitions
+        localizer.add(got)
+
+
+def _tee(writer: Any, got: list[Any]) -> Any:
+    """A replay sink: to the run directory, and kept for the localizer."""
+
+    def sink(obs: Any) -> None:
+        writer.add(obs)
+        got.append(obs)
+
+    return sink
+
+
+def _options_doc(args: argparse.Namespace, options: Any) -> dict[str, Any]:
+    wd = options.watchdogs
+    return {
+        "recording": str(args.directory),
+        "command": "check",
+        "strategy": args.strategy,
+        "repeat": args.repeat,
+        "max_repeat": args.max_repeat,
+        "fail_on": sorted(o.value for o in args.fail_on),
+        "concurrency": options.concurrency,
+        "pace": options.pace,
+        "mode": options.mode,
+        "client": options.client,
+        "on_fail": options.on_fail,
+        "watchdogs": {"connect": wd.connect, "headers": wd.headers, "stall": wd.stall, "total": wd.total},
+    }
+
+
+def differences(sessions: list[Any], options: Any, recorded: list[Any]) -> list[str]:
+    """What differs between the recording and its replay, said when the recorded failures do not
+    reproduce (a verdict of not-reproduced): those are the conditions worth replaying again."""
+    if not recorded:
+        return []
+    shown = "; ".join(f"{f.session} turn {f.turn}: {f.outcome}" + (f" ({f.detail})" if f.detail else "")
+                      for f in recorded[:3])  # fmt: skip
+    more = f" and {len(recorded) - 3} more" if len(recorded) > 3 else ""
+    out = [f"recorded failures: {shown}{more}"]
+    turns = {(t.session, t.turn): t for s in sessions for t in s.turns}
+    thinks = [turns[(f.session, f.turn)].think_time for f in recorded if (f.session, f.turn) in turns]
+    thinks = [t for t in thinks if t]
+    if options.pace != "recorded":
+        listed = ", ".join(f"{t:.1f} s" for t in thinks[:3])
+        before = f" (recorded before the failing turns: {listed})" if thinks else ""
+        out.append(f"think times: replayed at pace {options.pace}, not as recorded{before}")
+    elif thinks and max(thinks) >= 5:
+        out.append(f"idle: the failing turns came after {max(thinks):.1f} s of think time; a hop's or the engine's "
+                   "keep-alive timeout may have changed since")  # fmt: skip
+    overlap = _recorded_overlap(sessions)
+    if options.concurrency is not None and options.concurrency < overlap:
+        out.append(f"concurrency: replayed at most {options.concurrency} sessions at once; "
+                   f"the recording had {overlap} at once")  # fmt: skip
+    agents = sorted({v for s in sessions for t in s.turns for k, v in t.headers if k.lower() == "user-agent"})
+    if agents:
+        out.append(f"client: replayed with {options.client}; recorded from {', '.join(agents[:2])}")
+    out.append("conditions the replay cannot bring back: load on the engine at the time, a hop restarted or "
+               "reconfigured since, network trouble")  # fmt: skip
+    return out
+
+
+def _recorded_overlap(sessions: list[Any]) -> int:
+    """The most sessions the recording had in progress at one time."""
+    spans = []
+    for s in sessions:
+        end = s.start + sum((t.think_time or 0.0) + (t.recorded.duration or 0.0) for t in s.turns)
+        spans += [(s.start, 1), (end, -1)]
+    best = now = 0
+    for _, step in sorted(spans):
+        now += step
+        best = max(best, now)
+    return best

@@ -1,0 +1,144 @@
+"""`proxycheck demo` (`make demo`): the whole story, on this machine alone, in under a minute.
+
+1. the reference engine, and a chain of two mitmproxy hops in front of it: `edge` records the
+   traffic (the recorder addon), `gateway` has a fault (the faults addon): it stalls streams once
+   the growing context of a session passes a size, as a proxy with a body-size-dependent bug does;
+2. the synthetic agent runs sessions through the chain until they wedge;
+3. `check` replays the recording straight to the engine and through each hop, names the hop and
+   the turn where the wedge starts, and writes the HTML report;
+4. the hop is "fixed" (restarted without its fault, on the same port) and `check` replays the
+   same recording again: a clean regression replay (the recorded wedge does not reproduce).
+
+Everything it starts is stopped by it, also on Ctrl-C or failure. Its files (the recording, both
+runs, the chain file, the report) go to `--out`. The addon scripts it gives mitmdump are written
+there too, so the demo needs only the installed package. Exit 0 when the story went as told.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from proxycheck.commands.common import EXIT_FAULT, EXIT_OK
+
+# The gateway's fault: stall after 4 events once a request body passes this many bytes. The
+# agent's context grows by its tool results (about 2 KB a turn), so sessions wedge at turn 3.
+STALL_AFTER_EVENTS = 4
+STALL_FROM_BYTES = 5000
+STALL_TIMEOUT = 2.0  # the replay's stall watchdog: the demo need not wait the default 10 s
+
+_SCRIPTS = {
+    "record_addon.py": "from proxycheck.hops.record import Recorder\n\naddons = [Recorder()]\n",
+    "faults_addon.py": "from proxycheck.hops.faults import Faults\n\naddons = [Faults()]\n",
+}
+_OURS = ("recording", "check-run", "fixed-run", "chain.toml", "report.html", "verdict.json", *_SCRIPTS)
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = commands.add_parser(
+        "demo",
+        help="record sessions that wedge behind a faulty hop, find the hop, fix it, replay again",
+        description="Start the reference engine and a chain of two mitmproxy hops (one recording, one "
+        "faulty), run agent sessions through it until they wedge, check the recording (the verdict names "
+        "the hop and the turn), fix the hop and replay again. Stops everything it started.",
+    )
+    p.add_argument("--out", default="proxycheck-demo", metavar="DIR",
+                   help="where the recording, the runs and the HTML report go (default: proxycheck-demo)")  # fmt: skip
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from proxycheck.io.procs import Managed
+
+    out = Path(args.out)
+    _fresh(out)
+    started: list[Managed] = []
+    t0 = time.monotonic()
+    try:
+        ok = _story(out, started)
+    finally:
+        for proc in reversed(started):
+            proc.stop()
+    _say(f"done in {time.monotonic() - t0:.0f} s; files in {out}/ (open {out / 'report.html'})")
+    return EXIT_OK if ok else EXIT_FAULT
+
+
+def _fresh(out: Path) -> None:
+    """Remove what an earlier demo left in `out` (only the demo's own files)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in _OURS:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    for name, text in _SCRIPTS.items():
+        (out / name).write_text(text)
+
+
+def _story(out: Path, started: list[Any]) -> bool:
+    from proxycheck import cli
+    from proxycheck.io.agent import AgentOptions, run_agent
+    from proxycheck.io.procs import start_engine, start_mitmdump
+
+    _say("1/4 starting the reference engine and two mitmproxy hops: client -> edge (records) -> gateway -> engine")
+    engine = start_engine("--token-interval", "0.01", "--ttft-per-kb", "0.001", "--tool-call-rate", "0.9")
+    started.append(engine)
+    faults = ("--set", f"proxycheck_fault_stall_after={STALL_AFTER_EVENTS}",
+              "--set", f"proxycheck_fault_min_body={STALL_FROM_BYTES}")  # fmt: skip
+    gateway_args = ("--mode", f"reverse:{engine.url}", "-s", str(out / "faults_addon.py"))
+    gateway = start_mitmdump(*gateway_args, *faults)
+    started.append(gateway)
+    recording = out / "recording"
+    edge = start_mitmdump("--mode", f"reverse:{gateway.url}", "-s", str(out / "record_addon.py"),
+                          "--set", f"proxycheck_out={recording}")  # fmt: skip
+    started.append(edge)
+    _say(f"    engine {engine.url}, gateway {gateway.url} (stalls streams once a request passes "
+         f"{STALL_FROM_BYTES} B), edge {edge.url}")  # fmt: skip
+
+    _say("2/4 the agent runs 2 sessions of up to 6 turns through edge")
+    options = AgentOptions(base_url=edge.url, sessions=2, turns=6, think=0.2, max_tokens=40, read_timeout=STALL_TIMEOUT)
+    agent = asyncio.run(run_agent(options))
+    for session in agent.sessions:
+        turns = " ".join(f"{t.turn}:{t.outcome.value}" for t in session.turns)
+        _say(f"    session {session.id}: {turns}")
+    time.sleep(1.2)  # the recorder writes a stream's last chunks within a second
+    if agent.ok:
+        _say("    the sessions did not wedge: the demo cannot go on")
+        return False
+
+    chain = out / "chain.toml"
+    chain.write_text(f'engine = "{engine.url}"\n[[hop]]\nname = "edge"\nurl = "{edge.url}"\n'
+                     f'[[hop]]\nname = "gateway"\nurl = "{gateway.url}"\n')  # fmt: skip
+    _say(f"3/4 proxycheck check {recording} --chain {chain}")
+    check = ["check", str(recording), "--chain", str(chain), "--stall-timeout", str(STALL_TIMEOUT)]
+    status = cli.main([*check, "--out", str(out / "check-run"), "--html", str(out / "report.html")])
+    sys.stdout.flush()
+    found = json.loads((out / "check-run" / "verdict.json").read_text())
+    if status != EXIT_FAULT or found["culprit"] != "gateway":
+        _say(f"    expected the gateway to be blamed; the verdict was {found['verdict']} ({found['summary']})")
+        return False
+
+    _say("4/4 fixing the gateway (restarted without its fault, same port) and replaying the same recording")
+    gateway.stop()
+    started.remove(gateway)
+    started.append(start_mitmdump(*gateway_args, port=gateway.port))
+    status = cli.main([*check, "--out", str(out / "fixed-run")])
+    sys.stdout.flush()
+    fixed = json.loads((out / "fixed-run" / "verdict.json").read_text())
+    if status != EXIT_OK:
+        _say(f"    the regression replay still fails: {fixed['summary']}")
+        return False
+    _say(f"    regression replay clean: {fixed['verdict']} — the wedge recorded at turn {found['first_turn']} "
+         "is gone with the gateway fixed")  # fmt: skip
+    return True
+
+
+def _say(text: str) -> None:
+    print(f"proxycheck demo: {text}", flush=True)

@@ -1,0 +1,431 @@
+"""The terminal report of `check` and `diff`: the verdict, the routes, the findings, the evidence.
+
+This module owns how a `Verdict` (proxycheck.core.verdict) reads in a terminal, and the words of a
+verdict the other reports reuse (`headline`, `statistics_line`, `hops_text`, `timing_text`, the
+outcome column order, where a failing stream was cut), so the terminal, JUnit and HTML reports
+say the same thing the same way.
+
+Layout, top to bottom: a panel with the verdict word, the culprit, the summary and the statistics
+that decided; a route x outcome table in ladder order; the first findings, each with its advice;
+what differed from the recording (`not-reproduced`); and, when the verdict carries evidence, the
+first failing exchange's event timeline above the reference's, as character strips on one time
+axis. `verdict_view` builds the renderable and never prints; `render_verdict` prints it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from proxycheck.core.observation import Observation
+from proxycheck.core.outcomes import Outcome
+from proxycheck.core.verdict import (
+    ENGINE,
+    HEALTHY,
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    PROXY,
+    SERVER,
+    Evidence,
+    Finding,
+    NoiseFloor,
+    RouteReport,
+    Verdict,
+)
+
+ROUTES_TITLE = "Routes (ladder order: direct first)"
+MAX_FINDINGS = 5  # the rest are in the JSON document; a terminal report says what to do first
+VERDICT_STYLE = {HEALTHY: "green", PROXY: "red", SERVER: "red", NOT_REPRODUCED: "yellow", INCONCLUSIVE: "yellow"}
+STATE_STYLE = {"clean": "green", "degraded": "yellow", "failing": "bold red"}
+
+# The timeline strip: one character per time slot. When several events share a slot the most
+# telling one wins (an end marker over content, content over keep-alive comments).
+MARKS = {"terminal": "]", "error": "!", "malformed": "?", "content": "|", "comment": ".", "meta": "-"}
+CUT_MARK = "X"
+_PRIORITY = {CUT_MARK: 6, "]": 5, "!": 4, "?": 3, "|": 2, ".": 1, "-": 0, " ": -1}
+LEGEND = "| content  . comment  - meta  ] terminal  ! error  ? malformed  X cut (no terminal)"
+
+
+# -- words shared by the reports ----------------------------------------------------------------
+
+
+def headline(verdict: Verdict) -> str:
+    """The verdict word and its culprit: "proxy: hop edge", "server: the engine", "healthy"."""
+    if verdict.culprit == ENGINE:
+        return f"{verdict.verdict}: the engine"
+    if verdict.culprit:
+        return f"{verdict.verdict}: hop {verdict.culprit}"
+    return verdict.verdict
+
+
+def hops_text(route: RouteReport) -> str:
+    """The hops a route passes, from its entry inward; direct passes none."""
+    return " → ".join(route.hops) if route.hops else "-"
+
+
+def outcome_columns(routes: Iterable[RouteReport]) -> list[str]:
+    """Every outcome seen on any route, in the taxonomy's order (ok first, failures, degradations)."""
+    seen = {o for r in routes for o in r.outcomes}
+    order = [o.value for o in Outcome]
+    return [o for o in order if o in seen] + sorted(seen - set(order))
+
+
+def seconds(v: float | None, signed: bool = False) -> str:
+    if v is None:
+        return "-"
+    sign = "+" if signed else ""
+    return f"{v:{sign}.3f} s" if abs(v) < 10 else f"{v:{sign}.1f} s"
+
+
+def culprit_route(verdict: Verdict) -> RouteReport | None:
+    """The route whose entry is the culprit hop (or direct, for a server verdict)."""
+    if verdict.culprit is None:
+        return None
+    if verdict.culprit == ENGINE:
+        return next((r for r in verdict.routes if not r.hops), None)
+    return next(
+        (r for r in verdict.routes if (r.hops and r.hops[0] == verdict.culprit) or r.route == f"via:{verdict.culprit}"),
+        None,
+    )
+
+
+# The localizer's `statistics["method"]`, in words.
+METHODS = {
+    "fisher_exact": "Fisher's exact test",
+    "deterministic": "the same exchanges fail in every repetition",
+    "direct": "the direct route fails",
+}
+
+
+def _counts(verdict: Verdict) -> list[tuple[str, int, int]]:
+    """(route, failed, exchanges) of the routes the deciding test compared: the figures the
+    localizer gave (`failing_route`/`failing`, `clean_route`/`clean`), else the culprit's route
+    and the next one inward (the ladder step that turned failing), else the failing routes."""
+    stats = verdict.statistics
+    given = [
+        (stats[name], *stats[pair])
+        for name, pair in (("failing_route", "failing"), ("clean_route", "clean"))
+        if isinstance(stats.get(name), str) and isinstance(stats.get(pair), (list, tuple)) and len(stats[pair]) == 2
+    ]
+    if given:
+        return given
+    culprit = culprit_route(verdict)
+    if culprit is not None:
+        i = verdict.routes.index(culprit)
+        compared = [culprit] + ([verdict.routes[i - 1]] if i > 0 else [])
+    else:
+        compared = [r for r in verdict.routes if r.failures]
+    return [(r.route, r.failures, r.exchanges) for r in compared]
+
+
+def _p_value(stats: dict[str, Any]) -> float | None:
+    p = next((stats[k] for k in ("p_value", "p") if k in stats), None)
+    return p if isinstance(p, (int, float)) and not isinstance(p, bool) else None
+
+
+def statistics_line(verdict: Verdict) -> str | None:
+    """The test that decided and the counts it saw:
+    "Fisher's exact test p=0.0003: via:edge 10/40 failed, via:gateway 0/40"."""
+    stats = verdict.statistics
+    method = str(stats.get("method", ""))
+    head = str(stats.get("test") or METHODS.get(method, method)).strip()
+    p = _p_value(stats)
+    if p is not None:
+        head += f" (Fisher's exact test p={p:.2g})" if method == "deterministic" else f" p={p:.2g}"
+    counts = [f"{route} {k}/{n}" for route, k, n in _counts(verdict)]
+    if counts:
+        counts[0] += " failed"
+    tail = ", ".join(counts)
+    if head and tail:
+        return f"{head.strip()}: {tail}"
+    return head.strip() or tail or None
+
+
+def floor_line(floor: NoiseFloor) -> str:
+    same = "same answers each time" if floor.deterministic else "answers vary between repetitions"
+    return (f"noise floor ({floor.reference}, {floor.pairs} pair(s)): TTFT ±{seconds(floor.ttft)}, "
+            f"E2E ±{seconds(floor.e2e)}, burstiness x{floor.burst:.2f}; {same}")  # fmt: skip
+
+
+def exchange_label(obs: Observation) -> str:
+    return f"session {obs.session} turn {obs.turn}, repetition {obs.repetition}"
+
+
+def lane_end(obs: Observation) -> float:
+    """The last moment anything is known of an exchange: its end, or its last event."""
+    times = [e.t for e in obs.events]
+    if obs.end is not None:
+        times.append(obs.end)
+    return max(times, default=0.0)
+
+
+def cut_time(obs: Observation) -> float | None:
+    """When a failing exchange was cut off (ended, or given up on) without its terminal event."""
+    if obs.outcome.is_failure and obs.e2e is None:
+        return lane_end(obs)
+    return None
+
+
+def timeline_span(evidence: Evidence) -> float:
+    """The seconds the shared time axis covers (never zero, so it can be divided by)."""
+    lanes = [evidence.failing] + ([evidence.reference] if evidence.reference else [])
+    return max(max(lane_end(o) for o in lanes), 1e-3)
+
+
+def timing_text(obs: Observation) -> str:
+    """TTFT, E2E or where it was cut, and what arrived: one line under a timeline lane."""
+    parts = [f"TTFT {seconds(obs.ttft)}"]
+    if obs.e2e is not None:
+        parts.append(f"E2E {seconds(obs.e2e)}")
+    cut = cut_time(obs)
+    if cut is not None:
+        parts.append(f"cut at {seconds(cut)} ({obs.outcome.value})")
+    parts.append(f"{obs.content_events} content, {obs.comments} comment(s)")
+    if obs.status is not None and obs.status != 200:
+        parts.append(f"HTTP {obs.status}")
+    return " · ".join(parts)
+
+
+# -- the panel ----------------------------------------------------------------------------------
+
+
+def verdict_panel(verdict: Verdict) -> Panel:
+    style = VERDICT_STYLE.get(verdict.verdict, "bold")
+    top = Text()
+    top.append(verdict.verdict, style=f"bold {style}")
+    if verdict.culprit == ENGINE:
+        top.append("   culprit: the engine (the direct route fails)")
+    elif verdict.culprit:
+        top.append(f"   culprit: hop {verdict.culprit}")
+    if verdict.first_turn is not None:
+        top.append(f"   from turn {verdict.first_turn}")
+    lines: list[RenderableType] = [top, Text(verdict.summary)]
+    stats = statistics_line(verdict)
+    if stats:
+        lines.append(Text(stats, style="dim"))
+    if verdict.floor:
+        lines.append(Text(floor_line(verdict.floor), style="dim"))
+    where = f"strategy {verdict.strategy}" + (f" · run {verdict.run}" if verdict.run else "")
+    lines.append(Text(where, style="dim"))
+    return Panel(Group(*lines), title="proxycheck verdict", title_align="left", border_style=style, expand=False)
+
+
+# -- the route table ----------------------------------------------------------------------------
+
+
+def routes_table(routes: Sequence[RouteReport], width: int = 100) -> Table:
+    """One row per route in ladder order and one column per outcome seen anywhere; on a console
+    too narrow for that, the outcomes of a route folded into one cell ("30 ok · 10 reset")."""
+    table = outcome_matrix(routes)
+    return table if _min_width(table) <= width else outcome_list_table(routes)
+
+
+def _min_width(table: Table) -> int:
+    """The narrowest a bordered table gets without cutting a word: rich would rather truncate
+    headers than fold a table, so this is measured here, not by rich."""
+
+    def longest_word(cell: object) -> int:
+        text = cell.plain if isinstance(cell, Text) else str(cell)
+        return max((len(w) for w in text.split()), default=0)
+
+    widths = [
+        max([longest_word(c.header)] + [longest_word(cell) for cell in c.cells] + [c.min_width or 0])
+        for c in table.columns
+    ]
+    return sum(widths) + 3 * len(widths) + 1  # a space either side of each cell, and the rules
+
+
+def _route_columns(table: Table, hops: bool = True) -> None:
+    table.add_column("route", no_wrap=True)
+    if hops:
+        table.add_column("hops")
+    table.add_column("reps", justify="right")
+    table.add_column("exch", justify="right")
+
+
+def _route_cells(r: RouteReport, hops: bool = True) -> list[RenderableType]:
+    # Text, not str: a str cell is read as rich markup, and a hop's name is the user's to choose.
+    names = [Text(r.route)] + ([Text(hops_text(r))] if hops else [])
+    return names + [str(r.repetitions), str(r.exchanges)]
+
+
+def _tail_columns(table: Table) -> None:
+    table.add_column("state", no_wrap=True)
+    table.add_column("TTFT p50", justify="right")
+    table.add_column("added", justify="right")
+
+
+def _tail_cells(r: RouteReport) -> list[RenderableType]:
+    return [Text(r.state, style=STATE_STYLE.get(r.state, "")), seconds(r.ttft_p50), seconds(r.added_latency, True)]
+
+
+def outcome_matrix(routes: Sequence[RouteReport]) -> Table:
+    outcomes = outcome_columns(routes)
+    table = Table(title=ROUTES_TITLE, title_justify="left")
+    _route_columns(table)
+    for o in outcomes:
+        # An outcome's name is never cut: the hops column wraps first when the console is narrow.
+        table.add_column(o, justify="right", no_wrap=True, min_width=len(o))
+    _tail_columns(table)
+    for r in routes:
+        counts = [_count_cell(o, r.outcomes.get(o, 0)) for o in outcomes]
+        table.add_row(*_route_cells(r), *counts, *_tail_cells(r))
+    return table
+
+
+def outcome_list_table(routes: Sequence[RouteReport]) -> Table:
+    """The narrow form: no hops column (a route's name says where it enters; the hops are those
+    inward of it) and no vertical rules, so every character goes to the cells."""
+    table = Table(title=ROUTES_TITLE, title_justify="left", box=box.SIMPLE_HEAD)
+    _route_columns(table, hops=False)
+    table.add_column("outcomes")
+    _tail_columns(table)
+    order = outcome_columns(routes)
+    for r in routes:
+        cell = Text()
+        for o in (o for o in order if r.outcomes.get(o)):
+            if cell:
+                cell.append(" · ", style="dim")
+            cell.append(f"{r.outcomes[o]} {o}", style="green" if o == Outcome.OK.value else _outcome_style(o))
+        table.add_row(*_route_cells(r, hops=False), cell, *_tail_cells(r))
+    return table
+
+
+def _count_cell(outcome: str, n: int) -> Text:
+    if n == 0:
+        return Text("·", style="dim")
+    return Text(str(n), style="green" if outcome == Outcome.OK.value else _outcome_style(outcome))
+
+
+def _outcome_style(outcome: str) -> str:
+    try:
+        return "yellow" if Outcome(outcome).is_degradation else "bold red"
+    except ValueError:  # an outcome a newer writer added
+        return "bold"
+
+
+# -- findings, differences ----------------------------------------------------------------------
+
+
+def group_findings(findings: Sequence[Finding]) -> list[tuple[Finding, list[int]]]:
+    """Findings of the same exchange and outcome in several repetitions, as one: the first of
+    them and the repetitions it happened in (a wedge that repeats is one thing to fix)."""
+    groups: dict[tuple[str, str, int, str, str], tuple[Finding, list[int]]] = {}
+    for f in findings:
+        key = (f.route, f.session, f.turn, f.outcome, f.advice)
+        groups.setdefault(key, (f, []))[1].append(f.repetition)
+    return list(groups.values())
+
+
+def repetitions_text(reps: Sequence[int]) -> str:
+    """[1, 2, 3, 5] -> "repetitions 1-3, 5"."""
+    runs: list[list[int]] = []
+    for r in sorted(set(reps)):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+    return f"repetition{'s' if len(reps) > 1 else ''} {text}"
+
+
+def findings_view(findings: Sequence[Finding], limit: int = MAX_FINDINGS) -> list[RenderableType]:
+    groups = group_findings(findings)
+    shown = groups[:limit]
+    parts: list[RenderableType] = [Text(f"Findings ({len(findings)} in {len(groups)} exchange(s))", style="bold")]
+    for f, reps in shown:
+        line = Text(f"{f.route}  session {f.session} turn {f.turn} ({repetitions_text(reps)}): ")
+        line.append(f.outcome, style=_outcome_style(f.outcome))
+        if f.detail:
+            line.append(f" — {f.detail}")
+        parts.append(line)
+        if f.advice:
+            parts.append(Padding(Text(f"advice: {f.advice}", style="italic"), (0, 0, 0, 4)))
+    if len(groups) > limit:
+        parts.append(Text(f"… and {len(groups) - limit} more (all of them in the --json document)", style="dim"))
+    return parts
+
+
+def differences_view(differences: Sequence[str]) -> list[RenderableType]:
+    parts: list[RenderableType] = [Text("What differed from the recording:", style="bold")]
+    parts.extend(Padding(Text(f"- {d}"), (0, 0, 0, 2)) for d in differences)
+    return parts
+
+
+# -- the timeline -------------------------------------------------------------------------------
+
+
+def strip(obs: Observation, span: float, width: int) -> str:
+    """One character per span/width seconds: the event marks of an exchange, its cut as X."""
+    cells = [" "] * width
+
+    def put(t: float, mark: str) -> None:
+        i = min(width - 1, max(0, int(t / span * width)))
+        if _PRIORITY[mark] > _PRIORITY[cells[i]]:
+            cells[i] = mark
+
+    for e in obs.events:
+        put(e.t, MARKS.get(e.kind, "?"))
+    cut = cut_time(obs)
+    if cut is not None:
+        put(cut, CUT_MARK)
+    return "".join(cells).rstrip()
+
+
+def _axis(span: float, width: int) -> str:
+    left, mid, right = "0 s", f"{span / 2:.1f} s", f"{span:.1f} s"
+    line = [" "] * width
+    for start, label in ((0, left), (width // 2 - len(mid) // 2, mid), (width - len(right), right)):
+        line[start : start + len(label)] = label
+    return "".join(line)
+
+
+def _indent(text: str, width: int) -> Padding:
+    return Padding(Text(text, style="dim"), (0, 0, 0, width))
+
+
+def timeline_view(evidence: Evidence, width: int = 100) -> list[RenderableType]:
+    """The failing exchange above the reference's, one strip each on a shared time axis."""
+    span = timeline_span(evidence)
+    # The reference on top, as in the route table (the ladder starts with the route inward).
+    lanes = ([("reference", evidence.reference)] if evidence.reference else []) + [("failing", evidence.failing)]
+    label_w = max(len(o.route) for _, o in lanes) + 2
+    strip_w = max(20, width - label_w - 2)
+    title = f"First failing exchange: {exchange_label(evidence.failing)} (axis: {span / strip_w:.3g} s per character)"
+    parts: list[RenderableType] = [Text(title, style="bold")]
+    for role, obs in lanes:
+        row = Text(obs.route.ljust(label_w), style="red" if role == "failing" else "green")
+        row.append(strip(obs, span, strip_w))
+        parts.append(row)
+        parts.append(_indent(f"{role}: {timing_text(obs)}", label_w))
+    if evidence.reference is None:
+        parts.append(_indent("no reference exchange to compare with", label_w))
+    parts.append(_indent(_axis(span, strip_w), label_w))
+    parts.append(_indent(LEGEND, label_w))
+    return parts
+
+
+# -- all of it ----------------------------------------------------------------------------------
+
+
+def verdict_view(verdict: Verdict, width: int = 100) -> RenderableType:
+    """Everything the terminal report shows, for a console `width` characters wide."""
+    parts: list[RenderableType] = [verdict_panel(verdict), routes_table(verdict.routes, width)]
+    if verdict.findings:
+        parts.extend(findings_view(verdict.findings))
+    if verdict.differences:
+        parts.extend(differences_view(verdict.differences))
+    if verdict.evidence is not None:
+        parts.append(Text(""))
+        parts.extend(timeline_view(verdict.evidence, width))
+    return Group(*parts)
+
+
+def render_verdict(verdict: Verdict, console: Console) -> None:
+    console.print(verdict_view(verdict, console.width))
