@@ -21,6 +21,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -107,7 +108,10 @@ def chains(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chains]:
             proc.stop()
 
 
-def check(*argv: str) -> int:
+def check(tmp: Path, *argv: str) -> int:
+    """`proxycheck check ARGV`; the run goes under `tmp` unless --out says where."""
+    if "--out" not in argv:
+        argv = (*argv, "--out", tempfile.mkdtemp(prefix="run-", dir=tmp))
     return cli.main(["check", *argv])
 
 
@@ -132,7 +136,7 @@ def verdict_of(path: Path) -> dict:
 def test_the_verdict_names_the_faulty_hop(chains: Chains, tmp_path: Path, hops: tuple[str, ...], culprit: str) -> None:
     chain = chains.chain(tmp_path, *hops)
     out = tmp_path / "run"
-    status = check(str(chains.recording), "--chain", str(chain), *FAST, "--out", str(out), "--json",
+    status = check(tmp_path, str(chains.recording), "--chain", str(chain), *FAST, "--out", str(out), "--json",
                    str(tmp_path / "v.json"))  # fmt: skip
     doc = verdict_of(tmp_path / "v.json")
     assert status == 1, doc["summary"]
@@ -152,7 +156,7 @@ def test_the_verdict_names_the_faulty_hop(chains: Chains, tmp_path: Path, hops: 
 
 def test_engine_faults_give_server(chains: Chains, tmp_path: Path) -> None:
     chain = chains.chain(tmp_path, "E", engine=chains.bad_engine)
-    assert check(str(chains.recording), "--chain", str(chain), *FAST, "--json", str(tmp_path / "v.json")) == 1
+    assert check(tmp_path, str(chains.recording), "--chain", str(chain), *FAST, "--json", str(tmp_path / "v.json")) == 1
     doc = verdict_of(tmp_path / "v.json")
     assert doc["verdict"] == "server" and doc["culprit"] == "engine", doc["summary"]
     assert [r["route"] for r in doc["routes"]] == ["direct"]
@@ -163,7 +167,7 @@ def test_clean_chain_is_healthy_with_no_false_alarm_over_repetitions(chains: Cha
     chain = chains.chain(tmp_path, "c0", "c1", "c2")
     for attempt in range(2):
         path = tmp_path / f"v{attempt}.json"
-        status = check(str(chains.recording), "--chain", str(chain), "--repeat", "3", "--json", str(path))
+        status = check(tmp_path, str(chains.recording), "--chain", str(chain), "--repeat", "3", "--json", str(path))
         doc = verdict_of(path)
         assert status == 0 and doc["verdict"] == "healthy", doc["summary"]
         assert all(r["outcomes"] == {"ok": r["exchanges"]} for r in doc["routes"]), doc["routes"]
@@ -173,7 +177,7 @@ def test_clean_chain_is_healthy_with_no_false_alarm_over_repetitions(chains: Cha
 
 def test_a_fault_in_30_percent_of_exchanges_is_found_by_repetition(chains: Chains, tmp_path: Path) -> None:
     chain = chains.chain(tmp_path, "P", "c2")
-    status = check(str(chains.recording), "--chain", str(chain), *FAST, "--repeat", "3", "--max-repeat", "12",
+    status = check(tmp_path, str(chains.recording), "--chain", str(chain), *FAST, "--repeat", "3", "--max-repeat", "12",
                    "--json", str(tmp_path / "v.json"))  # fmt: skip
     doc = verdict_of(tmp_path / "v.json")
     assert status == 1 and doc["verdict"] == "proxy" and doc["culprit"] == "P", doc["summary"]
@@ -188,7 +192,8 @@ def test_a_fault_in_30_percent_of_exchanges_is_found_by_repetition(chains: Chain
 def test_bisect_finds_the_same_hop(chains: Chains, tmp_path: Path) -> None:
     chain = chains.chain(tmp_path, "X0", "F1", "c2")
     path = tmp_path / "v.json"
-    assert check(str(chains.recording), "--chain", str(chain), *FAST, "--strategy", "bisect", "--json", str(path)) == 1
+    argv = ["--chain", str(chain), *FAST, "--strategy", "bisect", "--json", str(path)]
+    assert check(tmp_path, str(chains.recording), *argv) == 1
     doc = verdict_of(path)
     assert doc["culprit"] == "F1" and doc["strategy"] == "bisect"
 
@@ -197,7 +202,8 @@ def test_junit_and_diff_of_the_run(chains: Chains, tmp_path: Path, capsys: pytes
     chain = chains.chain(tmp_path, "Y1", "F2")
     out = tmp_path / "run"
     junit = tmp_path / "junit.xml"
-    assert check(str(chains.recording), "--chain", str(chain), *FAST, "--out", str(out), "--junit", str(junit)) == 1
+    argv = ["--chain", str(chain), *FAST, "--out", str(out), "--junit", str(junit)]
+    assert check(tmp_path, str(chains.recording), *argv) == 1
     shown = capsys.readouterr().out
     assert "F2" in shown and "proxy" in shown
     root = ET.parse(junit).getroot()
@@ -224,7 +230,7 @@ def test_recorded_wedges_that_no_longer_happen_are_not_reproduced(chains: Chains
     finally:
         recorder.stop()
     chain = chains.chain(tmp_path, "c2")
-    assert check(str(out), "--chain", str(chain), *FAST, "--json", str(tmp_path / "v.json")) == 0
+    assert check(tmp_path, str(out), "--chain", str(chain), *FAST, "--json", str(tmp_path / "v.json")) == 0
     doc = verdict_of(tmp_path / "v.json")
     assert doc["verdict"] == "not-reproduced", doc["summary"]
     assert doc["differences"][0].startswith("recorded failures: ")
@@ -243,7 +249,7 @@ def test_bad_flags_are_one_line_and_exit_2(chains: Chains, tmp_path: Path, capsy
                                            argv: list[str], says: str) -> None:  # fmt: skip
     chain = chains.chain(tmp_path, "c2")
     with pytest.raises(SystemExit) as exc:
-        check(str(chains.recording), "--chain", str(chain), *argv)
+        check(tmp_path, str(chains.recording), "--chain", str(chain), *argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0]
