@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test sessions bench clean venv-with-apt test-browser
+.PHONY: demo test sessions bench clean venv-with-apt test-packages
 
 # Debian packages are installed when they are missing and we may: CI runs `make test` as root on a
 # clean Debian machine. `apt-get update` runs only when an install fails without it (no package
@@ -20,20 +20,23 @@ apt_install = $(APT_GET) install $(1) >/dev/null 2>&1 || { $(APT_GET) update && 
 demo: $(STAMP)
 	$(BIN)/proxycheck demo --out $(or $(OUT),proxycheck-demo)
 
-test: $(STAMP) test-browser
+test: $(STAMP) test-packages
 	$(BIN)/python -m pytest
 
-# The HTML report is checked in headless Chromium, driven by chromedriver (tests/report): install the
-# Debian packages chromium and chromium-driver for what is missing. Not root: the test skips, saying why.
-test-browser:
+# Debian packages the tests run for real: Chromium and chromedriver (the HTML report, tests/report),
+# nginx, HAProxy and Squid (the proxy matrix, tests/integration). What is missing is installed when
+# we may (root with apt-get); otherwise those tests skip, saying why.
+TEST_PACKAGES = chromium:chromium chromedriver:chromium-driver nginx:nginx haproxy:haproxy squid:squid
+test-packages:
 	@missing=""; \
-	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || missing=" chromium"; \
-	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	for pair in $(TEST_PACKAGES); do \
+		command -v $${pair%%:*} >/dev/null || [ -x /usr/sbin/$${pair%%:*} ] || missing="$$missing $${pair#*:}"; \
+	done; \
 	if [ -z "$$missing" ]; then :; \
 	elif $(CAN_APT); then \
-		echo "installing$$missing for the HTML report's browser test"; \
-		$(call apt_install,$$missing) || echo "make: could not install$$missing: the browser test will fail" >&2; \
-	else echo "make:$$missing missing (not root, so not installed): the browser test will be skipped" >&2; fi
+		echo "installing$$missing for the tests"; \
+		$(call apt_install,$$missing) || echo "make: could not install$$missing: their tests will fail" >&2; \
+	else echo "make:$$missing missing (not root, so not installed): their tests will be skipped" >&2; fi
 
 # List the sessions of the example recording that ships in replays/.
 sessions: $(STAMP)
