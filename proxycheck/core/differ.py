@@ -319,6 +319,12 @@ def _buffering(obs: Observation, ref: Observation, floor: NoiseFloor, ref_shape:
     detail = f"content arrived in {bursts} of {b:.0f} events on average ({floor.reference}: {r:.1f})"
     if obs.ttft is not None and ref.ttft is not None:
         detail += f"; first content after {obs.ttft:.2f} s ({floor.reference}: {ref.ttft:.2f} s)"
+    encoding, ref_encoding = obs.response_header("content-encoding"), ref.response_header("content-encoding")
+    if encoding not in (None, "", "identity") and encoding != ref_encoding:
+        # Compressing a stream holds events back until the compressor's buffer fills, unless the
+        # hop flushes it per event: the user should look at compression as well as buffering.
+        detail += (f"; the route answered with Content-Encoding: {encoding} "
+                   f"({floor.reference}: {ref_encoding or 'none'})")  # fmt: skip
     return detail
 
 

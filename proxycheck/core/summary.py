@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from proxycheck.core import dialects
 from proxycheck.core.analysis import ResponseAnalysis, analyze_body, analyze_stream
+from proxycheck.core.encoding import decode_body, decode_chunks
 from proxycheck.core.outcomes import Outcome, classify_recorded
 from proxycheck.core.recording import RecordedExchange
 from proxycheck.core.redact import REDACTED
@@ -84,13 +85,16 @@ def is_streamed(exchange: RecordedExchange) -> bool:
 def analyze_exchange(exchange: RecordedExchange, dialect: str | None) -> ResponseAnalysis | None:
     if exchange.status is None:
         return None
+    # What the client read: the body with its content coding undone (a hop gzipping a stream).
+    coding = exchange.response_header("content-encoding")
     if is_streamed(exchange):
-        chunks = exchange.timed_chunks()
+        chunks, _ = decode_chunks(coding, exchange.timed_chunks())
         end = exchange.t_end if exchange.t_end is not None else None
         return analyze_stream(dialect, chunks, end)
     if exchange.t_end is None:
         return ResponseAnalysis(dialect, None, False, bytes=len(exchange.response_body))
-    return analyze_body(dialect, exchange.response_body, exchange.t_end)
+    body, _ = decode_body(coding, exchange.response_body)
+    return analyze_body(dialect, body, exchange.t_end)
 
 
 def explicit_key(

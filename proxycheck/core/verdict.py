@@ -188,8 +188,14 @@ def advice(outcome: Outcome, obs: Observation, hop: str | None = None) -> str:
     if outcome is Outcome.HTTP_ERROR and obs.status == 413:
         return (f"{where} limits the request body size (nginx client_max_body_size, HAProxy/Squid body limits): "
                 f"raise it above the largest request ({obs.request_bytes:,} B here)")  # fmt: skip
-    if outcome is Outcome.HTTP_ERROR and obs.status in (431, 494):
-        return f"{where} limits the request header size (nginx large_client_header_buffers): raise it"
+    # An HTTP 400 whose quoted body says the headers were too large (nginx: "Request Header Or
+    # Cookie Too Large"; elsewhere "header too long", "header size").
+    text = obs.detail.lower()
+    header_too_large = "header" in text and any(w in text for w in ("too large", "too long", "size"))
+    if outcome is Outcome.HTTP_ERROR and (obs.status in (431, 494) or (obs.status == 400 and header_too_large)):
+        return (f"{where} limits the request header size (nginx large_client_header_buffers, HAProxy "
+                "tune.bufsize, Squid request_header_max_size): raise it above the largest header the "
+                "route sends (a long bearer token, cookies)")  # fmt: skip
     if outcome is Outcome.HTTP_ERROR and obs.status in (502, 503, 504):
         if idle:
             return (f"{where} reused an idle upstream connection the engine had closed ({obs.idle:.1f} s idle): "
@@ -198,11 +204,20 @@ def advice(outcome: Outcome, obs: Observation, hop: str | None = None) -> str:
                 "(nginx proxy_read_timeout, HAProxy timeout server) is shorter than a long prefill")  # fmt: skip
     if outcome is Outcome.HTTP_ERROR:
         return f"{where} answered HTTP {obs.status} where the engine answers 2xx: see its error log"
-    if outcome in (Outcome.RESET, Outcome.CONNECT_ERROR) and idle:
+    # A response that had begun (headers came) shows the reused connection was alive: not a stale one.
+    if outcome in (Outcome.RESET, Outcome.CONNECT_ERROR) and idle and obs.headers is None:
         return (f"the request went on a connection idle for {obs.idle:.1f} s and failed: {where} (or the engine) "
                 "closes idle keep-alive connections sooner than the client reuses them")  # fmt: skip
     if outcome is Outcome.RESET:
-        return f"{where} closed the connection mid-response: its response/read timeout or a connection limit"
+        text = f"{where} closed the connection mid-response: its response/read timeout or a connection limit"
+        # How long nothing came before the cut (headers and events are timed from the request).
+        last = max([t for t in (obs.headers, *(e.t for e in obs.events)) if t is not None], default=None)
+        quiet = obs.end - last if obs.end is not None and last is not None else None
+        if quiet is not None and quiet >= 0.5:
+            text += (f"; it closed after {quiet:.1f} s without data, so most likely its read timeout (nginx "
+                     "proxy_read_timeout, HAProxy timeout server, Squid read_timeout) is shorter than the "
+                     "engine's prefill or its gaps between tokens")  # fmt: skip
+        return text
     if outcome is Outcome.CONNECT_ERROR:
         return f"{where} cannot be reached (or its TLS is not trusted): check its address and certificate"
     if outcome is Outcome.STALL_BEFORE_HEADERS:
@@ -222,8 +237,15 @@ def advice(outcome: Outcome, obs: Observation, hop: str | None = None) -> str:
     if outcome is Outcome.CONTENT_MISMATCH:
         return (f"{where} changes what the model sees or says (context trimming, a rewrite): "
                 "compare the bodies it forwards")  # fmt: skip
+    if outcome is Outcome.BUFFERED and obs.response_header("content-encoding") not in (None, "", "identity"):
+        encoding = obs.response_header("content-encoding")
+        return (f"{where} compresses text/event-stream (Content-Encoding: {encoding}) and delivers it in bursts: "
+                "exclude text/event-stream from compression (nginx gzip_types), and do not buffer it "
+                "(proxy_buffering off, X-Accel-Buffering: no)")  # fmt: skip
     if outcome is Outcome.BUFFERED:
-        return f"{where} buffers the stream and delivers it in bursts: proxy_buffering off, X-Accel-Buffering: no"
+        return (f"{where} buffers the stream and delivers it in bursts: proxy_buffering off, X-Accel-Buffering: "
+                "no (nginx); option http-no-delay (HAProxy, which otherwise holds small writes back "
+                "up to 200 ms)")  # fmt: skip
     if outcome is Outcome.SLOW:
         return f"{where} adds latency beyond the noise floor: its queueing, connection limits or TLS set-up"
     return ""
