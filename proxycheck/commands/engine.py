@@ -19,7 +19,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "engine",
         help="run the reference engine (an SGLang/vLLM stand-in, no GPU)",
         description="Serve OpenAI chat/completions, Anthropic messages and SGLang /generate with "
-        "deterministic answers and a configurable timing model.",
+        "deterministic answers and a configurable timing model. A request may override its own timing "
+        'with the body member "proxycheck": {"ttft": S, "token_interval": S} (seconds; only this engine '
+        "honours it: proxycheck probe asks for slow streams with it).",
     )
     p.add_argument("--listen", required=True, metavar="HOST:PORT", help="address to listen on (port 0: any free port)")
     p.add_argument("--ttft-base", type=non_negative_number, default=0.05, metavar="S", help="time to first token, base (s)")

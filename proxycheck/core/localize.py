@@ -283,29 +283,33 @@ class Localizer:
 
     def _reports(self) -> tuple[RouteReport, ...]:
         reports: list[RouteReport] = []
-        inner_ttft: float | None = None
+        inner: dict[Key, list[float]] | None = None  # the next route inward's OK TTFTs by exchange
         for name in self.ladder:
             route = self._routes[name]
             if not route.observations:
                 continue
             judged = self.judged(name)
             counts = Counter(j.outcome.value for j in judged)
-            ttft = median([j.obs.ttft for j in judged if j.outcome is Outcome.OK and j.obs.ttft is not None])
-            added = ttft - inner_ttft if ttft is not None and inner_ttft is not None else None
+            ttfts: dict[Key, list[float]] = {}
+            for j in judged:
+                if j.outcome is Outcome.OK and j.obs.ttft is not None:
+                    ttfts.setdefault(_key(j.obs), []).append(j.obs.ttft)
+            ttft = median([t for ts in ttfts.values() for t in ts])
             reports.append(RouteReport(
                 route=name, hops=route.hops, repetitions=route.repetitions, exchanges=len(judged),
                 outcomes=dict(sorted(counts.items())), failures=sum(1 for j in judged if self._failed(j)),
-                ttft_p50=ttft, added_latency=added,
+                ttft_p50=ttft, added_latency=_added(ttfts, inner),
             ))  # fmt: skip
-            if ttft is not None:
-                inner_ttft = ttft
+            if ttfts:
+                inner = ttfts
         return tuple(reports)
 
-    def _findings(self) -> tuple[Finding, ...]:
+    def _findings(self, culprit: str | None) -> tuple[Finding, ...]:
         found: list[Finding] = []
         for name in self.ladder:
             route = self._routes[name]
-            hop = route.hops[0] if route.hops else None
+            # A route through the culprit fails because of it: its advice is about the culprit.
+            hop = culprit if culprit in route.hops else (route.hops[0] if route.hops else None)
             for j in sorted(self.judged(name), key=lambda j: (j.obs.repetition, j.obs.t_start)):
                 if not (self._failed(j) or j.degraded):
                     continue
@@ -324,7 +328,7 @@ class Localizer:
 
     def _verdict(self, verdict: str, culprit: str | None, summary: str, **kw: object) -> Verdict:
         return Verdict(
-            verdict=verdict, culprit=culprit, summary=summary, routes=self._reports(), findings=self._findings(),
+            verdict=verdict, culprit=culprit, summary=summary, routes=self._reports(), findings=self._findings(culprit),
             floor=self.floor, strategy=self.strategy, run=self.run, **kw,  # type: ignore[arg-type]
         )  # fmt: skip
 
@@ -395,6 +399,17 @@ class Localizer:
 
 def _key(obs: Observation) -> Key:
     return (obs.session, obs.turn, obs.xid)
+
+
+def _added(route: dict[Key, list[float]], inner: dict[Key, list[float]] | None) -> float | None:
+    """TTFT p50 of a route minus the next route inward's, over the exchanges OK on both: a
+    route whose slow turns failed must not look faster than one where they succeeded."""
+    if inner is None:
+        return None
+    both = route.keys() & inner.keys()
+    mine = median([t for k in both for t in route[k]])
+    theirs = median([t for k in both for t in inner[k]])
+    return None if mine is None or theirs is None else mine - theirs
 
 
 def _pattern(judged: Sequence[Judged], failed: Sequence[Judged]) -> tuple[Outcome, int | None, str]:

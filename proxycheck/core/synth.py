@@ -6,6 +6,14 @@ and its length is exactly the requested maximum (like `ignore_eos`), so replays 
 different routes can be compared event for event. When the request offers tools, some turns
 answer with tool calls so agent loops can be simulated; after two tool rounds in a row the
 engine answers with text, so every loop ends.
+
+The timing extension: a request body may carry `"proxycheck": {"ttft": S, "token_interval": S}`
+(either key, seconds, 0 to `EXTENSION_MAX_SECONDS`): `ttft` replaces the whole time to the first
+token (the per-KiB model included) and `token_interval` the time between tokens, for that request
+only. Only the reference engine honours it; `proxycheck probe` uses it to ask for slow streams
+(gaps between tokens that test a hop's read timeout) and for big bodies answered at once. It is
+part of the body, so the answer cache, keyed by the body's digest, keeps requests with different
+timings apart. A malformed extension is refused (`timing_extension` raises ValueError).
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 DEFAULT_MAX_TOKENS = 16
+EXTENSION = "proxycheck"  # the request body member of the timing extension
+EXTENSION_MAX_SECONDS = 3600.0
 # Consecutive tool rounds after which the engine answers with text, so agent loops end.
 MAX_TOOL_ROUNDS = 2
 
@@ -78,6 +88,29 @@ class Timing:
 
 def seed_of(body: bytes, extra: int = 0) -> int:
     return int.from_bytes(hashlib.sha256(body).digest()[:8], "big") ^ extra
+
+
+def timing_extension(req: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """(ttft, token_interval) the request asks for with the timing extension (None: the engine's
+    own). ValueError, with a message for the client, when the extension is malformed."""
+    ext = req.get(EXTENSION)
+    if ext is None:
+        return None, None
+    if not isinstance(ext, Mapping):
+        raise ValueError(f"{EXTENSION} must be an object, e.g. {{\"token_interval\": 2.0}}")
+    unknown = sorted(set(ext) - {"ttft", "token_interval"})
+    if unknown:
+        raise ValueError(f"{EXTENSION}: unknown key(s) {', '.join(unknown)} (known: ttft, token_interval)")
+    values = []
+    for key in ("ttft", "token_interval"):
+        value = ext.get(key)
+        ok = value is None or (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= EXTENSION_MAX_SECONDS
+        )
+        if not ok:
+            raise ValueError(f"{EXTENSION}.{key} must be a number of seconds from 0 to {EXTENSION_MAX_SECONDS:g}")
+        values.append(None if value is None else float(value))
+    return values[0], values[1]
 
 
 def max_tokens_of(dialect: str, req: Mapping[str, Any]) -> int:
@@ -158,7 +191,9 @@ def plan(
     rnd = random.Random(s)
     n = max_tokens_of(dialect, req)
     prompt_tokens = max(1, len(body) // 4)
-    ttft = timing.ttft(len(body))
+    ttft_asked, interval_asked = timing_extension(req)
+    ttft = timing.ttft(len(body)) if ttft_asked is None else ttft_asked
+    interval = timing.interval if interval_asked is None else interval_asked
     tools = offered_tools(dialect, req)
     messages = req.get("messages") if isinstance(req.get("messages"), list) else []
     wants_tool = (
@@ -173,7 +208,7 @@ def plan(
         fragments = tuple(arguments[i : i + 5] for i in range(0, len(arguments), 5))
         call = PlannedCall(f"call_{s & 0xFFFFFFFFFFFF:012x}", name, fragments)
         finish = "tool_use" if dialect == "anthropic_messages" else "tool_calls"
-        return Plan(s, (), (call,), finish, prompt_tokens, ttft, timing.interval)
+        return Plan(s, (), (call,), finish, prompt_tokens, ttft, interval)
     tokens = tuple((" " if i else "") + rnd.choice(_WORDS) for i in range(n))
     ignore_eos = req.get("ignore_eos") is True or (
         isinstance(req.get("sampling_params"), Mapping) and req["sampling_params"].get("ignore_eos") is True
@@ -182,7 +217,7 @@ def plan(
         finish = "max_tokens" if ignore_eos else "end_turn"
     else:
         finish = "length" if ignore_eos else "stop"
-    return Plan(s, tokens, (), finish, prompt_tokens, ttft, timing.interval)
+    return Plan(s, tokens, (), finish, prompt_tokens, ttft, interval)
 
 
 def _arguments_for(schema: Mapping[str, Any], rnd: random.Random) -> dict[str, Any]:

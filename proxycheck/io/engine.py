@@ -6,8 +6,11 @@ It serves OpenAI chat completions and completions, Anthropic messages and SGLang
 encoded by `proxycheck.core.wire`; this module only schedules the bytes in time: TTFT = base +
 per-KB of prompt, then one token per interval, each event written as soon as it is due.
 
-Every response carries `x-proxycheck-request-sha256` and `x-proxycheck-request-bytes` of the body
-as received, so a hop that alters requests is caught. Idle keep-alive connections are closed
+A request may ask for its own timing with the body member `"proxycheck": {"ttft": S,
+"token_interval": S}` (`proxycheck.core.synth`, "The timing extension"; a malformed one gets a
+400): `proxycheck probe` asks for slow streams with it. Every response carries
+`x-proxycheck-request-sha256` and `x-proxycheck-request-bytes` of the body as received, so a hop
+that alters requests is caught. Idle keep-alive connections are closed
 after `keepalive_timeout` (5 s by default, like vLLM's uvicorn server), so hops that reuse stale
 pooled connections fail here as they do in production.
 
@@ -126,6 +129,10 @@ class Engine:
             return _error(400, "the request body is not JSON", digest)
         if not isinstance(req, dict):
             return _error(400, "the request body is not a JSON object", digest)
+        try:
+            synth.timing_extension(req)  # checked before planning, so a bad one is a 400, not a 500
+        except ValueError as exc:
+            return _error(400, str(exc), digest)
         turn = turn_number(req)
         digest[TURN_HEADER] = str(turn)
         faults = active_faults(self.config.faults, turn=turn, draw=synth.seed_of(body, self.config.seed + self.requests))

@@ -8,7 +8,7 @@ the engine) does. The localizer drives it exactly as `check` drives the replayer
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -254,3 +254,24 @@ def test_verdict_json_follows_the_contract() -> None:
     assert all({"route", "exchanges", "outcomes"} <= set(r) for r in doc["routes"])
     assert all({"route", "session", "turn", "outcome", "detail"} <= set(f) for f in doc["findings"])
     assert doc["routes"][1]["outcomes"]["stall_mid_stream"] == doc["routes"][1]["failures"]
+
+
+def test_findings_on_routes_through_the_culprit_advise_about_the_culprit() -> None:
+    # bisect replays the outermost route first: it fails through the inner hop, which is blamed.
+    world = World(["outer", "inner"], {"inner": Fault(from_turn=2, outcome=Outcome.RESET)})
+    verdict = world.run(world.localizer(strategy="bisect"))
+    assert verdict.culprit == "inner"
+    outer = [f for f in verdict.findings if f.route == "via:outer"]
+    assert outer and all("hop inner" in f.advice and "hop outer" not in f.advice for f in outer)
+
+
+def test_added_latency_compares_the_exchanges_ok_on_both_routes() -> None:
+    world = World(["edge"], {"edge": Fault(from_turn=2)})
+    loc = world.localizer()
+    direct = world.replay(Replay("direct", 2))
+    # direct's turns 2 and 3 are slow; on via:edge they failed, so they must not make edge look faster.
+    direct = [replace(o, first_content=5.0) if o.turn >= 2 else o for o in direct]
+    loc.add(direct + world.replay(Replay("via:edge", 2)))
+    verdict = loc.next(final=True).verdict  # type: ignore[union-attr]
+    edge = next(r for r in verdict.routes if r.route == "via:edge")
+    assert edge.added_latency is not None and abs(edge.added_latency) < 0.02

@@ -81,7 +81,9 @@ def record_through(
         options = AgentOptions(base_url=url, proxy=recorder.url, **agent)  # type: ignore[arg-type]
     try:
         result = asyncio.run(run_agent(options))
-        time.sleep(1.2)  # the recorder writes a stream's last chunks within a second
+        # Stopping the recorder writes everything it holds; the pause lets the last flow's
+        # `response` hook run (it may follow the last bytes the agent read by a moment).
+        time.sleep(0.3)
     finally:
         recorder.stop()
     return result

@@ -132,7 +132,7 @@ pid_filename {home}/squid.pid
 cache_log {home}/cache.log
 access_log stdio:{home}/access.log
 coredump_dir {home}
-shutdown_lifetime 1 seconds
+shutdown_lifetime 0 seconds
 {extra}
 """
     (home / "squid.conf").write_text(conf)
