@@ -89,7 +89,8 @@ def chains(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chains]:
 
         # Level by level, each level's hops started at once (their upstreams are up by then).
         levels: list[list[tuple[str, str, tuple[str, ...]]]] = [
-            [("c2", engine.url, ()), ("F2", engine.url, tuple(STALL)), ("E", bad_engine.url, ())],
+            [("c2", engine.url, ()), ("F2", engine.url, tuple(STALL)), ("E", bad_engine.url, ()),
+             ("B", engine.url, ("idle_blackhole=1",))],
             [("c1", "c2", ()), ("F1", "c2", tuple(STALL)), ("Y1", "F2", ()),
              ("P", "c2", ("stall_after=3", "probability=0.3", "seed=5"))],
             [("c0", "c1", ()), ("F0", "c1", tuple(STALL)), ("X0", "F1", ()), ("Y0", "Y1", ())],
@@ -235,6 +236,32 @@ def test_recorded_wedges_that_no_longer_happen_are_not_reproduced(chains: Chains
     assert doc["verdict"] == "not-reproduced", doc["summary"]
     assert doc["differences"][0].startswith("recorded failures: ")
     assert any(d.startswith("think times: replayed at pace fast") for d in doc["differences"])
+
+
+def test_a_hop_that_drops_idle_connections_is_found_with_keepalive_advice(chains: Chains, tmp_path: Path) -> None:
+    # Turns 1.2 s apart on one kept-alive connection; hop B never answers on a connection idle
+    # for over a second (a gateway whose pooled connection died unnoticed).
+    out = tmp_path / "idle"
+    recorder = start_mitmdump("--mode", f"reverse:{chains.engine.url}", "-s", RECORD, "--set", f"proxycheck_out={out}")
+    try:
+        assert asyncio.run(run_agent(AgentOptions(base_url=recorder.url, sessions=1, turns=3, think=1.2,
+                                                  max_tokens=16))).ok  # fmt: skip
+        time.sleep(0.5)
+    finally:
+        recorder.stop()
+    chain = chains.chain(tmp_path, "B")
+    status, doc = check_json(tmp_path, out, chain, "--header-timeout", "2")
+    assert status == 1 and doc["verdict"] == "proxy" and doc["culprit"] == "B", doc["summary"]
+    assert doc["first_turn"] == 2
+    findings = [f for f in doc["findings"] if f["route"] == "via:B"]
+    assert findings and all(f["outcome"] == "stall_before_headers" for f in findings)
+    assert all("idle" in f["advice"] and "keep-alive" in f["advice"] for f in findings)
+
+
+def check_json(tmp: Path, recording: Path, chain: Path, *argv: str) -> tuple[int, dict]:
+    path = tmp / "verdict.json"
+    status = check(tmp, str(recording), "--chain", str(chain), *argv, "--json", str(path))
+    return status, verdict_of(path)
 
 
 @pytest.mark.parametrize(

@@ -205,7 +205,7 @@ def advice(outcome: Outcome, obs: Observation, hop: str | None = None) -> str:
     if outcome is Outcome.HTTP_ERROR:
         return f"{where} answered HTTP {obs.status} where the engine answers 2xx: see its error log"
     # A response that had begun (headers came) shows the reused connection was alive: not a stale one.
-    if outcome in (Outcome.RESET, Outcome.CONNECT_ERROR) and idle and obs.headers is None:
+    if outcome in (Outcome.RESET, Outcome.CONNECT_ERROR, Outcome.STALL_BEFORE_HEADERS) and idle and obs.headers is None:
         return (f"the request went on a connection idle for {obs.idle:.1f} s and failed: {where} (or the engine) "
                 "closes idle keep-alive connections sooner than the client reuses them")  # fmt: skip
     if outcome is Outcome.RESET:

@@ -22,8 +22,9 @@ request extension, aiohttp's `TraceConfig`) and which local address it rode; `Co
 numbers one session's connections and remembers when each went idle, so an observation says
 "reused connection 2 after 4.8 s idle", which is what an idle-timeout wedge looks like. Neither
 stack tells which pooled connection a request went on until response headers come (httpx also
-names a new connection as soon as it is made), so a reused connection that never answered is
-`reused=True` with no number.
+names a new connection as soon as it is made); a reused connection that never answered is the
+session's only idle one when it has exactly one (the common case: one connection per session),
+else `reused=True` with no number.
 """
 
 from __future__ import annotations
@@ -76,6 +77,11 @@ class ConnState:
     def released(self, local: str, now: float) -> None:
         """The exchange ended cleanly; the connection went back to the pool at `now`."""
         self._idle_since[local] = now
+
+    def sole_idle(self) -> str | None:
+        """The session's only idle connection, if it has exactly one: a request that went on a
+        pooled connection and never got an answer went on that one."""
+        return next(iter(self._idle_since)) if len(self._idle_since) == 1 else None
 
     def dropped(self, local: str) -> None:
         """The connection was abandoned (a failure): it will not be reused."""
@@ -421,6 +427,8 @@ def _finish(stack: _Stack, x: _Exchange, verdict: Verdict, origin: float | None,
     outcome, detail, error = verdict
     a = x.analysis() if x.ok_status else None
     local = x.head.local if x.head is not None and x.head.local else stack.local
+    if local is None and stack.reused:
+        local = conn.sole_idle()  # no answer told which pooled connection: the only one there was
     end = x.end if x.end is not None else time.monotonic()
     idle = conn.idle(local, x.start) if local and stack.reused else None
     obs = Observation(
