@@ -51,10 +51,10 @@ def _start(argv: list[str], port: int, home: Path, name: str) -> Proxy:
     return Proxy(proc, home)
 
 
-def start_nginx(server: str, *, http: str = "", upstream: str = "") -> Proxy:
+def start_nginx(server: str, *, http: str = "", upstream: str = "", listen: str = "") -> Proxy:
     """nginx with one `server` listening on a free loopback port: `server` is the body of the
     server block (locations, proxy_* directives), `http` more directives at the http level,
-    `upstream` whole upstream blocks."""
+    `upstream` whole upstream blocks, `listen` parameters of the listen directive (`ssl http2`)."""
     nginx = binary("nginx")
     home = shared_dir("nginx-")
     port = free_port()
@@ -79,7 +79,7 @@ http {{
     {upstream}
     {http}
     server {{
-        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{port} {listen};
         {server}
     }}
 }}
