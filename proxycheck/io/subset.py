@@ -1,0 +1,94 @@
+"""A recording made of part of another: what `minimize` keeps, as an ordinary recording.
+
+`write_subset` journals the chosen exchanges of a loaded recording into a new recording
+directory, byte for byte (request bodies rebuilt from their pieces, responses with their chunk
+arrival times, connection facts, errors and interruptions), optionally with some request bodies
+replaced (a shortened message) and think times changed (`think`: an exchange's request moved so
+that it comes that many seconds after the previous kept exchange of its session ended). The
+result is usable by everything that reads recordings: replay, check, engine --replay, export.
+
+Times keep their offsets from the original's start, so sessions keep their recorded start
+offsets relative to each other. What was redacted stays redacted: a redaction marker is written
+back as the marker, and the redacted names extend the new recording's policy.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Mapping
+
+from proxycheck.core.recording import RecordedExchange
+from proxycheck.core.redact import REDACTED_TEXT, Redacted
+from proxycheck.io.har import Imported, ImportedResponse, ImportResult, write_recording
+from proxycheck.io.storage import Recording
+
+
+def write_subset(
+    recording: Recording,
+    xids: Iterable[int],
+    out: str | os.PathLike[str],
+    *,
+    bodies: Mapping[int, bytes] | None = None,
+    shifts: Mapping[int, float] | None = None,
+    source: Mapping[str, object] | None = None,
+) -> int:
+    """Write the exchanges `xids` of `recording` to the new recording `out`; how many. `bodies`
+    replaces request bodies by xid; `shifts` moves an exchange (request, response and end) by
+    that many seconds, and every later exchange of the recording with it, so think times change
+    where the caller says and nowhere else."""
+    keep = set(xids)
+    chosen = [x for x in recording.exchanges if x.xid in keep]
+    moved = _offsets(recording.exchanges, shifts or {})
+    redacted = {name.lower() for x in chosen for name, value in x.request_headers if isinstance(value, Redacted)}
+    result = ImportResult(
+        started_at=float(recording.meta.get("started_at", 0.0)),
+        exchanges=[_imported(recording, x, (bodies or {}).get(x.xid), moved.get(x.xid, 0.0)) for x in chosen],
+        source={"kind": "subset", "of": str(recording.directory), **(source or {})},
+        redacted_headers=redacted,
+    )
+    return write_recording(out, result)
+
+
+def _offsets(exchanges: list[RecordedExchange], shifts: Mapping[int, float]) -> dict[int, float]:
+    """Each exchange's total shift: the sum of the shifts at or before it in request order."""
+    total, out = 0.0, {}
+    for x in sorted(exchanges, key=lambda x: (x.t_request, x.xid)):
+        total += shifts.get(x.xid, 0.0)
+        out[x.xid] = total
+    return out
+
+
+def _imported(recording: Recording, x: RecordedExchange, body: bytes | None, dt: float) -> Imported:
+    def at(t: float | None) -> float | None:
+        return None if t is None else t + dt
+
+    response = None
+    if x.status is not None:
+        response = ImportedResponse(
+            t=at(x.t_response) or at(x.t_request) or 0.0, status=x.status, reason=x.reason,
+            headers=_text_headers(x.response_headers), http_version=x.http_version, streamed=bool(x.streamed),
+        )  # fmt: skip
+    conn = None
+    if x.conn is not None:
+        conn = {k: getattr(x.conn, k) for k in type(x.conn).__slots__}  # type: ignore[attr-defined]
+    return Imported(
+        where=f"exchange {x.xid}",
+        t_request=x.t_request + dt,
+        method=x.method,
+        url=x.url,
+        http_version=x.http_version,
+        headers=_text_headers(x.request_headers),
+        body=recording.request_body(x) if body is None else body,
+        conn=conn,
+        response=response,
+        chunks=[(t + dt, c) for t, c in x.timed_chunks()],
+        chunk_timing=x.chunk_timing,
+        t_end=at(x.t_end),
+        error=x.error,
+        t_error=at(x.t_error),
+        xid=x.xid,
+    )
+
+
+def _text_headers(headers: Iterable[tuple[str, object]]) -> list[tuple[str, str]]:
+    return [(name, REDACTED_TEXT if isinstance(value, Redacted) else str(value)) for name, value in headers]
