@@ -12,11 +12,24 @@ import sys
 from typing import Sequence
 
 from proxycheck import __version__
-from proxycheck.commands import agent, check, demo, diff, engine, export, importer, probe, record, replay, sessions
+from proxycheck.commands import (
+    agent,
+    check,
+    demo,
+    diff,
+    engine,
+    export,
+    importer,
+    minimize,
+    probe,
+    record,
+    replay,
+    sessions,
+)
 from proxycheck.commands.common import EXIT_BAD_INPUT, EXIT_OK
 from proxycheck.core.errors import ProxycheckError
 
-COMMANDS = (demo, record, sessions, replay, check, diff, probe, importer, export, engine, agent)
+COMMANDS = (demo, record, sessions, replay, check, minimize, diff, probe, importer, export, engine, agent)
 
 
 class _Parser(argparse.ArgumentParser):
