@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections import Counter
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 from proxycheck.commands.common import positive_int, reports_bad_input
 from proxycheck.commands.replay import (
@@ -64,7 +64,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 @reports_bad_input
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.core.localize import Localizer, RecordedFailure
     from proxycheck.io.runstore import RunWriter
 
     if args.out:
@@ -75,20 +74,13 @@ def run(args: argparse.Namespace) -> int:
     check_tls(list(routes.values()))
     sessions = load_sessions(args.directory)
     options = replay_options(args, sessions)
-    recorded = [
-        RecordedFailure(t.session, t.turn, t.recorded.outcome.value, t.recorded.detail)
-        for s in sessions for t in s.turns if t.recorded.outcome.is_failure
-    ]  # fmt: skip
     out = args.out or tempfile.mkdtemp(prefix="proxycheck-check-")
-    localizer = Localizer(
-        ladder, {name: r.hops for name, r in routes.items()}, strategy=args.strategy, repeat=args.repeat,
-        max_repeat=args.max_repeat, fail_on=args.fail_on, recorded_failures=recorded,
-        differences=differences(sessions, options, recorded), run=out,
-    )  # fmt: skip
+    localizer = make_localizer(sessions, routes, options, strategy=args.strategy, repeat=args.repeat,
+                               max_repeat=args.max_repeat, fail_on=args.fail_on, run=out)  # fmt: skip
     writer = RunWriter(out, chain=chain_doc(chain), routes=ladder, options=_options_doc(args, options))
     progress = Progress(sys.stderr)
     try:
-        verdict = asyncio.run(_drive(localizer, sessions, routes, options, writer, progress))
+        verdict = asyncio.run(drive(localizer, sessions, routes, options, writer.run_id, writer.add, progress))
     except (KeyboardInterrupt, asyncio.CancelledError):
         progress.stop()
         writer.close("interrupted")
@@ -105,9 +97,26 @@ def run(args: argparse.Namespace) -> int:
     return emit(verdict, judged, args, keep_in=out)
 
 
-async def _drive(localizer: Any, sessions: list[Any], routes: dict[str, Any], options: Any, writer: Any,
-                 progress: Any) -> Any:  # fmt: skip
-    """Replay what the localizer asks until it decides."""
+def make_localizer(sessions: list[Any], routes: dict[str, Any], options: Any, *, strategy: str = "ladder",
+                   repeat: int = 1, max_repeat: int = DEFAULT_MAX_REPEAT, fail_on: Any = (), run: str = "") -> Any:
+    """The localizer for a recording over the chain's ladder `routes` (name -> route, inward first)."""
+    from proxycheck.core.localize import Localizer, RecordedFailure
+
+    recorded = [
+        RecordedFailure(t.session, t.turn, t.recorded.outcome.value, t.recorded.detail)
+        for s in sessions for t in s.turns if t.recorded.outcome.is_failure
+    ]  # fmt: skip
+    return Localizer(
+        list(routes), {name: r.hops for name, r in routes.items()}, strategy=strategy, repeat=repeat,
+        max_repeat=max_repeat, fail_on=fail_on, recorded_failures=recorded,
+        differences=differences(sessions, options, recorded), run=run,
+    )  # fmt: skip
+
+
+async def drive(localizer: Any, sessions: list[Any], routes: dict[str, Any], options: Any, run_id: str,
+                sink: Callable[[Any], None], progress: Any = None) -> Any:  # fmt: skip
+    """Replay what the localizer asks until it decides; every observation also goes to `sink`.
+    Returns the verdict."""
     from proxycheck.core.localize import Decided
     from proxycheck.io.replayer import replay
 
@@ -119,19 +128,19 @@ async def _drive(localizer: Any, sessions: list[Any], routes: dict[str, Any], op
         first = next_repetition[step.route] + 1
         got: list[Any] = []
         step_options = replace(options, repeat=step.repetitions, first_repetition=first)
-        await replay(sessions, [routes[step.route]], step_options, writer.run_id, _tee(writer, got), progress)
+        await replay(sessions, [routes[step.route]], step_options, run_id, _tee(sink, got), progress)
         next_repetition[step.route] += step.repetitions
         localizer.add(got)
 
 
-def _tee(writer: Any, got: list[Any]) -> Any:
-    """A replay sink: to the run directory, and kept for the localizer."""
+def _tee(sink: Callable[[Any], None], got: list[Any]) -> Callable[[Any], None]:
+    """A replay sink: to `sink` (the run directory), and kept for the localizer."""
 
-    def sink(obs: Any) -> None:
-        writer.add(obs)
+    def both(obs: Any) -> None:
+        sink(obs)
         got.append(obs)
 
-    return sink
+    return both
 
 
 def _options_doc(args: argparse.Namespace, options: Any) -> dict[str, Any]:

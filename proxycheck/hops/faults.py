@@ -29,6 +29,12 @@ How each fault works in mitmproxy 11 (checked in `mitmproxy/proxy/layers/http/__
   of the upstream body.
 * max body: a 413 response set in `requestheaders` (Content-Length known) or `request`;
   mitmproxy then answers it without opening an upstream connection.
+* max concurrent: the addon keeps the ids of the LLM flows it lets through to the upstream (past
+  the 413 and blackhole checks of `request`) until their `response` hook (the upstream body has
+  ended) or their `error` hook (e.g. the client left mid-stream); mitmproxy runs one of the two
+  for every flow it forwarded, and removing an id from a set is idempotent, so each flow frees
+  its slot exactly once. A request that arrives while N flows are in flight is answered 429 with
+  `retry-after: 1` in `request`, like the 413, and never counts itself.
 * delay headers: an async `responseheaders` hook that sleeps.
 * idle blackhole: the addon remembers when the last response on each client connection ended;
   the next LLM request after more than I idle seconds is held in an async `request` hook until
@@ -111,6 +117,13 @@ _OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
         "Stall, drop_terminal and reset only from this turn on (turn = assistant messages in the request + 1).",
     ),
     ("max_body", int, 0, "Answer 413, without contacting the upstream, to request bodies larger than this (bytes; 0: off)."),
+    (
+        "max_concurrent",
+        int,
+        0,
+        "Answer 429, without contacting the upstream, to a request that arrives while this many LLM requests "
+        "are in flight through the hop, like a gateway's parallel-request limit (0: off).",
+    ),
     ("delay_headers", str, "0", "Delay the response headers by this many seconds (a float; 0: off)."),
     (
         "idle_blackhole",
@@ -143,6 +156,7 @@ class FaultConfig:
     min_body: int = 0
     from_turn: int = 1
     max_body: int = 0
+    max_concurrent: int = 0
     delay_headers: float = 0.0
     idle_blackhole: float = 0.0
     truncate_messages: int = 0
@@ -221,6 +235,7 @@ def parse_config(options: Any) -> FaultConfig:
         min_body=read.integer("min_body", 0),
         from_turn=read.integer("from_turn", 1),
         max_body=read.integer("max_body", 0),
+        max_concurrent=read.integer("max_concurrent", 0),
         delay_headers=read.number("delay_headers"),
         idle_blackhole=read.number("idle_blackhole"),
         truncate_messages=read.integer("truncate_messages", 0),
@@ -240,7 +255,7 @@ class _Plan:
     fires: bool  # the probability coin came up
     turn: int = 1
     body_bytes: int = 0  # request body as received (before any truncation)
-    answered: bool = False  # the hop answers (413) or never answers (blackhole): nothing else applies
+    answered: bool = False  # the hop answers (413, 429) or never answers (blackhole): nothing else applies
     stream_faults: bool = False  # stall / drop_terminal / reset passed their gates
     buffered: bool = False
     filter: SSEFilter | None = None
@@ -296,6 +311,8 @@ class Faults:
         self._draws = 0  # LLM flows seen so far: the index of the next draw
         # client connection id -> time.monotonic() when its last response ended
         self._last_done: dict[str, float] = {}
+        # ids of the LLM flows forwarded upstream whose response has not ended (max_concurrent)
+        self._in_flight: set[str] = set()
 
     # ---------------------------------------------------------------------------------------
     # options
@@ -332,7 +349,7 @@ class Faults:
         await self._guarded_async(flow, "response", self._on_response)
 
     def error(self, flow: http.HTTPFlow) -> None:
-        self._guarded(flow, "error", self._mark_done)
+        self._guarded(flow, "error", self._on_error)
 
     def client_disconnected(self, client: Client) -> None:
         self._last_done.pop(client.id, None)
@@ -398,6 +415,9 @@ class Faults:
             return
         if await self._maybe_blackhole(flow, plan):
             return
+        if self._maybe_too_many(flow, plan):
+            return
+        self._in_flight.add(flow.id)  # no await since the check: no other request can slip in between
         self._maybe_truncate(flow, plan, body)
         cfg = self.config
         plan.stream_faults = (
@@ -419,6 +439,18 @@ class Faults:
         flow.response = http.Response.make(413, _error_body(413, message), {"content-type": "application/json"})
         plan.answered = True
         self._fired(flow, plan, "max_body", f"answered 413 without contacting the upstream: {message}")
+        return True
+
+    def _maybe_too_many(self, flow: http.HTTPFlow, plan: _Plan) -> bool:
+        limit = self.config.max_concurrent
+        in_flight = len(self._in_flight)
+        if not limit or in_flight < limit or not plan.fires:
+            return False
+        message = f"{in_flight} requests already in flight, the limit is {limit}"
+        headers = {"content-type": "application/json", "retry-after": "1"}
+        flow.response = http.Response.make(429, _error_body(429, message), headers)
+        plan.answered = True
+        self._fired(flow, plan, "max_concurrent", f"answered 429 without contacting the upstream: {message}")
         return True
 
     async def _maybe_blackhole(self, flow: http.HTTPFlow, plan: _Plan) -> bool:
@@ -557,6 +589,7 @@ class Faults:
             self._failed(flow, "reset")
 
     async def _on_response(self, flow: http.HTTPFlow) -> None:
+        self._release(flow)
         self._mark_done(flow)
         plan = self._live_plan(flow)
         if plan is None or plan.answered or plan.filter is None:
@@ -575,6 +608,15 @@ class Faults:
         if not await self._hold(flow, self.config.stall_seconds):
             self._fired(flow, plan, "stall_end", f"stall of {self.config.stall_seconds:g} s over: connection dropped")
             _kill(flow)  # a wedged hop that gives up: the client sees a cut body, not a clean end
+
+    def _on_error(self, flow: http.HTTPFlow) -> None:
+        self._release(flow)
+        self._mark_done(flow)
+
+    def _release(self, flow: http.HTTPFlow) -> None:
+        """The flow is no longer in flight (max_concurrent); a flow that never was, or was already
+        released, is ignored, so the count can neither leak nor go below zero."""
+        self._in_flight.discard(flow.id)
 
     def _mark_done(self, flow: http.HTTPFlow) -> None:
         """Remember when the connection's last response ended (for the idle blackhole)."""

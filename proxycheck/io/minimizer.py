@@ -3,18 +3,25 @@
 Drives the sans-IO search core (`proxycheck.core.ddmin`) with real replays: each candidate is an
 ordinary recording written with `write_subset` into a temporary directory, planned like any
 recording (`load_sessions`) and replayed over the culprit route at the recorded pace. A candidate
-"fails" when any of its exchanges fails on the route (`Outcome.is_failure`) in one of its tries
-(`Trials`, from how often the whole recording failed) and the direct route stays clean on it.
+"fails" when one of its exchanges fails on the route the way the whole recording did (the same
+outcome, e.g. `stall_mid_stream`; any failure with `any_failure`) in one of its tries (`Trials`,
+from how often the whole recording failed) and the direct route stays clean on it. A failure of
+another kind is another bug, and chasing it would hand the maintainers the wrong reproducer.
 
 The steps, each kept only while the failure persists:
 
-1. baseline: the whole recording twice over the route (k of 2 failing sets the tries) and once
-   direct (a failure there is the engine's, not a hop's);
+1. baseline: the whole recording twice over the route (k of 2 failing sets the tries and the
+   outcomes to match) and once direct (a failure there is the engine's, not a hop's). With the
+   direct route itself as the route (an engine failure), there is no clean reference to check;
 2. ddmin over sessions, then over the turns of the sessions kept (exact-mode bodies carry their
    history, so any subset of turns stays replayable);
-3. for the first failing turn: its body size (`shrink_to`, bisected down from the recorded size
-   when a body cut to ~512 B passes) and its think time (bisected when ~0 s passes);
-4. the last failing candidate is written to `out`, with `minimized.json`: the trigger summary.
+3. concurrency: with more than one session left, they are replayed one at a time; the failure
+   going away says it needs them at once (the summary gives how many were in flight);
+4. the first failing turn's history: all its droppable messages dropped at once, else ddmin over
+   them (`message_units`: a tool call goes with its results, the last message stays);
+5. the first failing turn's body size (`shrink_to`, bisected down from the recorded size when a
+   body cut to ~512 B passes) and its think time (bisected when ~0 s passes);
+6. the last failing candidate is written to `out`, with `minimized.json`: the trigger summary.
 
 Everything is bounded by a `Budget` (replays and/or seconds); when it runs out the best failing
 candidate so far is written, marked incomplete.
@@ -22,6 +29,7 @@ candidate so far is written, marked incomplete.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import tempfile
@@ -33,7 +41,8 @@ from typing import Any, Callable, Sequence
 
 from proxycheck.core.ddmin import Bisect, Budget, Candidate, DDMin, Trials
 from proxycheck.core.errors import BadInput
-from proxycheck.core.shrink import shrink_to
+from proxycheck.core.outcomes import Outcome
+from proxycheck.core.shrink import drop_units, message_units, shrink_to
 
 SUMMARY_FILE = "minimized.json"
 SCHEMA = "proxycheck.minimized/1"
@@ -65,10 +74,19 @@ class _Found:
     plan: list[Any]
     xmap: dict[int, int]  # the candidate recording's xid -> the original's
     observations: list[Any]
+    matches: Callable[[Any], bool]  # an observation failing the way that counts
 
     def first_failure(self) -> Any:
-        failing = [o for o in self.observations if o.outcome.is_failure]
+        failing = [o for o in self.observations if self.matches(o)]
         return min(failing, key=lambda o: (o.t_start, o.session, o.turn))
+
+    def in_flight(self, obs: Any) -> int:
+        """Exchanges of the failing try in flight while `obs` was, itself included. (Not "when it
+        started": which of two requests sent in the same millisecond reaches a hop first is
+        the network's choice, so the failing one may have left the client first.)"""
+        end = obs.t_start + (obs.end or 0.0)
+        return sum(1 for o in self.observations
+                   if o.t_start <= end and (o.end is None or o.t_start + o.end >= obs.t_start))  # fmt: skip
 
     def planned_turn(self, xid: int | None) -> Any:
         return next(t for s in self.plan for t in s.turns if t.xid == xid)
@@ -79,6 +97,7 @@ class MinimizeResult:
     out: str
     complete: bool
     summary: dict[str, Any]
+    interrupted: bool = False
 
     @property
     def trigger(self) -> dict[str, Any]:
@@ -95,11 +114,14 @@ async def minimize(
     progress: Callable[[str], None] | None = None,
     stall_timeout: float | None = None,
     header_timeout: float | None = None,
-    check_direct: bool = True,
+    any_failure: bool = False,
+    culprit: dict[str, Any] | None = None,
 ) -> MinimizeResult:
-    """Minimize the recording at `recording_dir` against `route_name` of `chain` into `out`."""
+    """Minimize the recording at `recording_dir` against `route_name` of `chain` into `out`.
+    `culprit`: how the route was found, when the command looked for it (kept in the summary)."""
     m = _Minimizer(recording_dir, chain, route_name, budget, progress or (lambda _: None),
-                   stall_timeout=stall_timeout, header_timeout=header_timeout, check_direct=check_direct)  # fmt: skip
+                   stall_timeout=stall_timeout, header_timeout=header_timeout, any_failure=any_failure)  # fmt: skip
+    m.culprit = culprit
     try:
         return await m.run(out)
     finally:
@@ -109,28 +131,26 @@ async def minimize(
 class _Minimizer:
     def __init__(self, recording_dir: str, chain: Any, route_name: str, budget: Budget,
                  progress: Callable[[str], None], *, stall_timeout: float | None, header_timeout: float | None,
-                 check_direct: bool) -> None:  # fmt: skip
+                 any_failure: bool) -> None:  # fmt: skip
         from proxycheck.commands.replay import load_sessions
-        from proxycheck.core.replayplan import derive_watchdogs
-        from proxycheck.io.replayer import ReplayOptions
         from proxycheck.io.storage import load
 
-        if route_name == "direct":
-            raise BadInput("--route", "give the failing route via:HOP (direct is the reference)")
         self.recording_dir = recording_dir
         self.route = chain.route(route_name)
         self.direct = chain.route("direct")
         self.recording = load(recording_dir)
         self.original = load_sessions(recording_dir)
-        try:
-            watchdogs = derive_watchdogs(self.original).with_overrides(headers=header_timeout, stall=stall_timeout)
-        except ValueError as exc:
-            raise BadInput("watchdogs", str(exc)) from None
-        self.options = ReplayOptions(watchdogs=watchdogs, pace="recorded", mode="exact", on_fail="continue")
+        self.options = minimize_options(self.original, stall_timeout=stall_timeout, header_timeout=header_timeout)
         self.budget = budget
         self.say = progress
-        self.check_direct = check_direct
+        # Over the direct route (an engine failure) there is no clean reference to check against.
+        self.check_direct = route_name != "direct"
+        self.any_failure = any_failure
+        self.kinds: set[Outcome] = set()  # the outcomes the whole recording failed with
+        self.culprit: dict[str, Any] | None = None
         self.run_id = f"minimize-{uuid.uuid4().hex[:12]}"
+        self.started = self.now()
+        self.interrupted = False
         self.tmp = tempfile.mkdtemp(prefix="proxycheck-minimize-")
         self.count = 0
         self.trials: Trials | None = None
@@ -147,11 +167,15 @@ class _Minimizer:
     def exhausted(self) -> bool:
         return self.budget.exhausted(self.now())
 
-    async def replay(self, plan: Sequence[Any], route: Any) -> list[Any]:
+    def matches(self, obs: Any) -> bool:
+        """Whether an observation fails the way that counts (see the module docstring)."""
+        return obs.outcome.is_failure and (self.any_failure or obs.outcome in self.kinds)
+
+    async def replay(self, plan: Sequence[Any], route: Any, options: Any = None) -> list[Any]:
         from proxycheck.io.replayer import replay
 
         got: list[Any] = []
-        await replay(plan, [route], self.options, self.run_id, got.append)
+        await replay(plan, [route], options or self.options, self.run_id, got.append)
         self.budget.spend(1)
         return got
 
@@ -168,8 +192,10 @@ class _Minimizer:
         xmap = dict(zip(sorted(x.xid for x in load(directory).exchanges), chosen))
         return load_sessions(str(directory)), xmap
 
-    async def test(self, state: _State) -> bool | None:
-        """Whether the candidate fails on the route (and not direct); None when out of budget."""
+    async def test(self, state: _State, what: str, options: Any = None, keep: bool = True) -> bool | None:
+        """Whether the candidate fails on the route (and not direct); None when out of budget.
+        `what` names the candidate in the progress line; `keep`: a failing candidate becomes the
+        best one (not for a trial under other replay options)."""
         assert self.trials is not None
         plan, xmap = self.materialize(state)
         outcomes: list[bool] = []
@@ -178,62 +204,89 @@ class _Minimizer:
             if self.exhausted():
                 self.complete = False
                 return None
-            got = await self.replay(plan, self.route)
-            outcomes.append(any(o.outcome.is_failure for o in got))
+            got = await self.replay(plan, self.route, options)
+            outcomes.append(any(self.matches(o) for o in got))
             if outcomes[-1]:
                 failing = got
         self.tries.append(len(outcomes))
+        note = ""
         if failed and self.check_direct:
             if self.exhausted():
                 self.complete = False
                 return None
-            direct = await self.replay(plan, self.direct)
+            direct = await self.replay(plan, self.direct, options)
             if any(o.outcome.is_failure for o in direct):
-                self.say("a candidate fails direct too: not kept")
-                failed = False
-        if failed:
-            self.best = _Found(state, plan, xmap, failing)
+                note, failed = " over direct too: not kept", False
+        if failed and keep:
+            self.best = _Found(state, plan, xmap, failing, self.matches)
+        sessions = len({s.id for s in plan})
+        tries = f"{len(outcomes)} tries" if len(outcomes) > 1 else "1 try"
+        self.say(f"  candidate {len(self.tries)}: {what}, {sessions} session(s), {len(state.xids)} turn(s): "
+                 f"{'fails' if failed else 'passes'}{note} ({tries}); {self._spent()}")  # fmt: skip
         return failed
+
+    def _spent(self) -> str:
+        left = "" if self.budget.replays is None else f"/{self.budget.replays}"
+        return f"{self.budget.spent}{left} replays, {self.now() - self.started:.0f} s"
 
     # ------------------------------------------------------------------------------ steps
 
     async def run(self, out: str) -> MinimizeResult:
-        start = self.now()
+        self.started = start = self.now()
         all_xids = tuple(t.xid for s in self.original for t in s.turns)
         plan, xmap = self.materialize(_State(all_xids))
         k, failing = 0, []
+        kinds: set[Outcome] = set()
         for _ in range(BASELINE_RUNS):
             got = await self.replay(plan, self.route)
-            if any(o.outcome.is_failure for o in got):
-                k, failing = k + 1, got
-        self.say(f"baseline: {k}/{BASELINE_RUNS} run(s) over {self.route.name} failed, {self.budget.spent} replays")
+            failures = {o.outcome for o in got if o.outcome.is_failure}
+            if failures:
+                k, failing, kinds = k + 1, got, kinds | failures
+        shown = ", ".join(sorted(o.value for o in kinds))
+        self.say(f"baseline: {k}/{BASELINE_RUNS} replays over {self.route.name} failed" + (f" ({shown})" if k else ""))
         if k == 0:
             raise NotReproduced(f"{self.recording_dir}: the failure does not reproduce over {self.route.name} "
                                 f"({BASELINE_RUNS} replays)")  # fmt: skip
-        direct = await self.replay(plan, self.direct)
-        if any(o.outcome.is_failure for o in direct):
-            raise BadInput(self.recording_dir, "the engine fails too (direct route): not a hop's failure")
+        if self.check_direct:
+            direct = await self.replay(plan, self.direct)
+            if any(o.outcome.is_failure for o in direct):
+                raise BadInput(self.recording_dir, "the engine fails too (direct route): not a hop's failure; "
+                                                   "minimize it with --route direct")  # fmt: skip
+        self.kinds = kinds
         self.trials = Trials(k, BASELINE_RUNS)
         self.say(self.trials.summary())
-        self.best = _Found(_State(all_xids), plan, xmap, failing)
+        self.best = _Found(_State(all_xids), plan, xmap, failing, self.matches)
 
-        await self.ddmin(list(self.original), lambda ss: _State(tuple(t.xid for s in ss for t in s.turns)),
-                                    "sessions")  # fmt: skip
-        # The sessions kept are those of the last candidate seen failing (the search's best).
-        await self.ddmin(list(self.best.state.xids), lambda xs: _State(tuple(xs)), "turns")
-        size = await self.bisect_body()
-        think = await self.bisect_think()
-        return self.finish(out, start, size, think)
+        steps: dict[str, dict[str, Any] | None] = dict.fromkeys(("concurrency", "messages", "body_size", "think"))
+        try:
+            await self.ddmin(list(self.original), lambda ss: _State(tuple(t.xid for s in ss for t in s.turns)),
+                             "sessions")  # fmt: skip
+            # The sessions kept are those of the last candidate seen failing (the search's best).
+            await self.ddmin(list(self.best.state.xids), lambda xs: _State(tuple(xs)), "turns")
+            steps["concurrency"] = await self.one_at_a_time()
+            steps["messages"] = await self.drop_messages()
+            steps["body_size"] = await self.bisect_body()
+            steps["think"] = await self.bisect_think()
+        except asyncio.CancelledError:
+            # Ctrl-C: the smallest failing candidate so far is still worth having.
+            self.complete, self.interrupted = False, True
+            self.say("interrupted: keeping the smallest failing candidate so far")
+        return self.finish(out, start, steps)
 
-    async def ddmin(self, items: list[Any], make: Callable[[Sequence[Any]], _State], what: str) -> tuple[Any, ...]:
-        search: DDMin[Any] = DDMin(items, budget=self.budget)
+    async def ddmin(self, items: list[Any], make: Callable[[Sequence[Any]], _State | None],
+                    what: str) -> tuple[Any, ...]:  # fmt: skip
+        """ddmin over `items`; `make` turns a subset into a candidate (None: not a valid one)."""
+        self.say(f"{what}: {len(items)} to minimize; {self._spent()}")
+        search: DDMin[Any] = DDMin(items, budget=self.budget, keep=lambda sub: make(sub) is not None)
         while isinstance(step := search.next(now=self.now()), Candidate):
-            failed = await self.test(make(step.items))
+            state = make(step.items)
+            assert state is not None  # `keep` rejected the invalid ones
+            failed = await self.test(state, f"{len(step.items)} of {len(items)} {what}")
             if failed is not None:
                 search.result(step.id, failed)
         if not step.complete:
             self.complete = False
-        self.say(f"{what} {len(items)} -> {len(step.items)}, {self.budget.spent} replays")
+        self.say(f"{what} {len(items)} -> {len(step.items)}; {self._spent()}")
         return step.items
 
     def trigger(self) -> tuple[Any, int, Any]:
@@ -242,6 +295,49 @@ class _Minimizer:
         obs = self.best.first_failure()
         return obs, self.best.xmap[obs.xid], self.best.planned_turn(obs.xid)
 
+    async def one_at_a_time(self) -> dict[str, Any] | None:
+        """With several sessions left: whether the failure needs them at once."""
+        from dataclasses import replace
+
+        assert self.best is not None
+        obs = self.best.first_failure()
+        at_once = self.best.in_flight(obs)
+        sessions = len({s.id for s in self.best.plan})
+        if sessions < 2 or self.exhausted():
+            return None
+        serial = replace(self.options, concurrency=1)
+        failed = await self.test(self.best.state, "one session at a time", serial, keep=False)
+        if failed is None:
+            return None
+        verdict = "does not matter (fails one at a time too)" if failed else "the failure needs them at once"
+        self.say(f"concurrency: {sessions} sessions, {at_once} exchange(s) in flight with the failing one: {verdict}")
+        return {"depends": not failed, "sessions": sessions, "in_flight": at_once}
+
+    async def drop_messages(self) -> dict[str, Any] | None:
+        """The failing turn's history: every droppable message dropped, else ddmin over them."""
+        assert self.best is not None
+        _, xid, turn = self.trigger()
+        state, body = self.best.state, turn.body
+        units = message_units(body)
+        if not units or self.exhausted():
+            return None
+        count = lambda us: sum(len(u) for u in us)  # noqa: E731
+
+        def make(kept: Sequence[tuple[int, ...]]) -> _State | None:
+            cut = drop_units(body, [u for u in units if u not in kept])
+            return None if cut is None else _State(state.xids, {**state.bodies, xid: cut}, state.shifts)
+
+        bare = make(())
+        failed = None if bare is None else await self.test(bare, "no droppable message")
+        if failed is None and bare is not None:
+            return None
+        if failed:
+            kept: tuple[tuple[int, ...], ...] = ()
+        else:
+            kept = await self.ddmin(units, make, "message groups")
+        self.say(f"history of the failing turn: {count(units)} droppable message(s) -> {count(kept)}")
+        return {"droppable": count(units), "kept": count(kept)}
+
     async def bisect_body(self) -> dict[str, Any] | None:
         assert self.best is not None
         _, xid, turn = self.trigger()
@@ -249,11 +345,12 @@ class _Minimizer:
         small = _smallest(body)
         if small is None or len(small) >= len(body) or self.exhausted():
             return None
-        failed = await self.test(_State(state.xids, {**state.bodies, xid: small}, state.shifts))
+        failed = await self.test(_State(state.xids, {**state.bodies, xid: small}, state.shifts),
+                                 f"request body cut to {len(small)} B")  # fmt: skip
         if failed is None:
             return None
         if failed:
-            self.say(f"request body: fails at {len(small)} B too (size does not matter), {self.budget.spent} replays")
+            self.say(f"request body: fails at {len(small)} B too (size does not matter); {self._spent()}")
             return {"depends": False, "fails_at": len(small)}
         search = Bisect(len(small), len(body), rel_tol=SIZE_REL_TOL, integer=True, budget=self.budget)
         fails_from, passes_at = len(body), len(small)
@@ -262,7 +359,8 @@ class _Minimizer:
             if cut is None:
                 search.result(value, False)
                 continue
-            failed = await self.test(_State(state.xids, {**state.bodies, xid: cut}, state.shifts))
+            failed = await self.test(_State(state.xids, {**state.bodies, xid: cut}, state.shifts),
+                                     f"request body cut to {len(cut)} B")  # fmt: skip
             if failed is None:
                 search.stop()
                 break
@@ -272,7 +370,7 @@ class _Minimizer:
             else:
                 passes_at = max(passes_at, len(cut))
         self.complete &= search.reason == "converged"
-        self.say(f"request body: fails from {fails_from} B, passes at {passes_at} B, {self.budget.spent} replays")
+        self.say(f"request body: fails from {fails_from} B, passes at {passes_at} B; {self._spent()}")
         return {"depends": True, "fails_from": fails_from, "passes_at": passes_at, "recorded": len(body)}
 
     async def bisect_think(self) -> dict[str, Any] | None:
@@ -287,28 +385,26 @@ class _Minimizer:
         def at(seconds: float) -> _State:
             return _State(state.xids, state.bodies, {**state.shifts, xid: base + seconds - think})
 
-        failed = await self.test(at(0.0))
+        failed = await self.test(at(0.0), "no think time")
         if failed is None:
             return None
         if failed:
-            self.say(f"think time: fails with none too (think time does not matter), {self.budget.spent} replays")
+            self.say(f"think time: fails with none too (think time does not matter); {self._spent()}")
             return {"depends": False, "recorded": think}
         search = Bisect(0.0, think, rel_tol=0.05, abs_tol=THINK_ABS_TOL, budget=self.budget)
         while (value := search.next(now=self.now())) is not None:
-            failed = await self.test(at(value))
+            failed = await self.test(at(value), f"think time {value:.2f} s")
             if failed is None:
                 search.stop()
                 break
             search.result(value, failed)
         self.complete &= search.reason == "converged"
-        self.say(f"think time: fails from {search.value:.2f} s, passes at {search.lo:.2f} s, "
-                 f"{self.budget.spent} replays")  # fmt: skip
+        self.say(f"think time: fails from {search.value:.2f} s, passes at {search.lo:.2f} s; {self._spent()}")
         return {"depends": True, "fails_from": search.value, "passes_at": search.lo, "recorded": think}
 
     # ------------------------------------------------------------------------------ result
 
-    def finish(self, out: str, start: float, size: dict[str, Any] | None,
-               think: dict[str, Any] | None) -> MinimizeResult:  # fmt: skip
+    def finish(self, out: str, start: float, steps: dict[str, dict[str, Any] | None]) -> MinimizeResult:
         from proxycheck.io.subset import write_subset
 
         assert self.best is not None and self.trials is not None
@@ -322,7 +418,10 @@ class _Minimizer:
             "schema": SCHEMA,
             "recording": str(self.recording_dir),
             "route": self.route.name,
+            "culprit": self.culprit,
             "complete": self.complete,
+            "interrupted": self.interrupted,
+            "matched": "any failure" if self.any_failure else sorted(o.value for o in self.kinds),
             "sessions": {"before": len(self.original), "after": len({k["session"] for k in kept})},
             "turns": {"before": len(self.by_xid), "after": len(kept)},
             "kept": kept,
@@ -339,9 +438,9 @@ class _Minimizer:
                 "status": obs.status,
                 "events": len(obs.events),
                 "content_events": sum(1 for e in obs.events if e.kind == "content"),
+                "in_flight": best.in_flight(obs),
             },
-            "body_size": size,
-            "think": think,
+            **steps,
             "trials": {
                 "failed": self.trials.k, "runs": self.trials.n, "tries_per_candidate": self.trials.tries,
                 "deterministic": self.trials.deterministic, "summary": self.trials.summary(),
@@ -352,7 +451,7 @@ class _Minimizer:
             "seconds": round(self.now() - start, 3),
         }
         (Path(out) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        return MinimizeResult(str(out), self.complete, summary)
+        return MinimizeResult(str(out), self.complete, summary, self.interrupted)
 
 
 def _smallest(body: bytes) -> bytes | None:
@@ -366,6 +465,20 @@ def _smallest(body: bytes) -> bytes | None:
     return None
 
 
+def minimize_options(sessions: Sequence[Any], *, stall_timeout: float | None = None,
+                     header_timeout: float | None = None) -> Any:  # fmt: skip
+    """How minimize replays: at the recorded pace, exact bodies, every turn even after a failure,
+    watchdogs derived from the recording (with the user's overrides)."""
+    from proxycheck.core.replayplan import derive_watchdogs
+    from proxycheck.io.replayer import ReplayOptions
+
+    try:
+        watchdogs = derive_watchdogs(sessions).with_overrides(headers=header_timeout, stall=stall_timeout)
+    except ValueError as exc:
+        raise BadInput("watchdogs", str(exc)) from None
+    return ReplayOptions(watchdogs=watchdogs, pace="recorded", mode="exact", on_fail="continue")
+
+
 def describe(summary: dict[str, Any]) -> list[str]:
     """The trigger summary, as lines for a terminal."""
     t = summary["trigger"]
@@ -373,12 +486,24 @@ def describe(summary: dict[str, Any]) -> list[str]:
     lines = [
         f"sessions {summary['sessions']['before']} -> {summary['sessions']['after']}, "
         f"turns {summary['turns']['before']} -> {summary['turns']['after']}"
-        + ("" if summary["complete"] else " (budget ran out: not minimal)"),
+        + ("" if summary["complete"] else
+           " (interrupted: not minimal)" if summary.get("interrupted") else " (budget ran out: not minimal)"),
         f"trigger: {t['session']} turn {t['turn']}: {t['request_bytes']} B request "
         f"(recorded {t['recorded_request_bytes']} B), think time before it {think}",
         f"outcome over {summary['route']}: {t['outcome']}" + (f" ({t['detail']})" if t["detail"] else "")
         + f" after {t['events']} event(s), {t['content_events']} with content",
     ]  # fmt: skip
+    culprit = summary.get("culprit")
+    if culprit:
+        lines.insert(0, f"route {summary['route']}: {culprit['says']}")
+    lines.append(f"in flight with it: {t['in_flight']} exchange(s), itself included")
+    concurrency = summary.get("concurrency")
+    if concurrency:
+        needs = "needed at once (passes one at a time)" if concurrency["depends"] else "not needed at once"
+        lines.append(f"concurrency: {concurrency['sessions']} sessions, {needs}")
+    messages = summary.get("messages")
+    if messages:
+        lines.append(f"history: {messages['droppable']} droppable message(s) -> {messages['kept']} kept")
     size = summary.get("body_size")
     if size and size["depends"]:
         lines.append(f"request size: fails from {size['fails_from']} B, passes at {size['passes_at']} B")

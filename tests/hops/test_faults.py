@@ -10,13 +10,16 @@ the fault needs, so the kind of failure (not its timing) is the proof.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,6 +98,14 @@ def chat_body(turn: int = 1, *, pad: int = 0, max_tokens: int = 8, stream: bool 
     return json.dumps({"model": "m", "messages": messages, "max_tokens": max_tokens, "stream": stream}).encode()
 
 
+def slow_body(seconds: float, tokens: int = 20) -> bytes:
+    """A streamed chat body whose answer the engine spreads over at least `seconds`: the first
+    event at once, then `tokens` tokens `seconds / (tokens - 1)` apart (the timing extension)."""
+    doc = json.loads(chat_body(max_tokens=tokens))
+    doc["proxycheck"] = {"ttft": 0, "token_interval": seconds / (tokens - 1)}
+    return json.dumps(doc).encode()
+
+
 def anthropic_body(max_tokens: int = 6) -> bytes:
     doc = {"model": "m", "max_tokens": max_tokens, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     return json.dumps(doc).encode()
@@ -161,6 +172,26 @@ def observe(
     seen.events = [i for i in items if isinstance(i, SSEEvent)]
     seen.comments = [i for i in items if isinstance(i, SSEComment)]
     return seen
+
+
+def concurrently(base: str, bodies: list[bytes]) -> list[Seen]:
+    """POST the bodies at the same moment, each from its own thread and client (so its own
+    connection), and read every response to its end."""
+    barrier = threading.Barrier(len(bodies))
+
+    def one(body: bytes) -> Seen:
+        barrier.wait()
+        return observe(base, body)
+
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(one, bodies))
+
+
+def wait_for_log(proc: Managed, text: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log_of(proc):
+        assert time.monotonic() < deadline, f"not in the log of {proc}: {text!r}"
+        time.sleep(0.05)
 
 
 def normalized(data: list[str]) -> list[str]:
@@ -362,6 +393,58 @@ class TestMaxBody:
 
 
 # --------------------------------------------------------------------------------------------
+# 429 over a limit of concurrent requests
+
+
+class TestMaxConcurrent:
+    LIMIT = 2
+
+    @pytest.mark.timeout(40)
+    def test_a_request_over_the_limit_gets_429_and_the_slots_come_back(self, hop: HopFactory) -> None:
+        proc = hop(max_concurrent=self.LIMIT)
+        # Three streams of 2 s each, sent at once: all three overlap.
+        seen = concurrently(proc.url, [slow_body(2.0)] * 3)
+        assert sorted(s.status for s in seen) == [200, 200, 429]
+        refused = next(s for s in seen if s.status == 429)
+        assert refused.headers["retry-after"] == "1"
+        assert "x-proxycheck-request-sha256" not in refused.headers  # the engine never saw it
+        error = json.loads(refused.raw)["error"]
+        assert error["code"] == 429
+        assert "2 requests already in flight, the limit is 2" in error["message"]
+        for served in (s for s in seen if s.status == 200):
+            assert served.end == "clean" and served.data[-1] == "[DONE]"
+        assert "proxycheck fault max_concurrent" in log_of(proc)
+        # The hop frees a slot before it ends the response, and the 429 never took one: two at
+        # once are served again.
+        again = concurrently(proc.url, [slow_body(1.0)] * 2)
+        assert [(s.status, s.end) for s in again] == [(200, "clean")] * 2
+
+    @pytest.mark.timeout(40)
+    def test_clients_that_leave_mid_stream_free_their_slots(self, hop: HopFactory) -> None:
+        proc = hop(max_concurrent=self.LIMIT)
+        peers = []
+        with contextlib.ExitStack() as stack:
+            for _ in range(self.LIMIT):  # both in flight at once, each on its own connection
+                client = stack.enter_context(httpx.Client(timeout=httpx.Timeout(10.0, connect=5.0)))
+                response = stack.enter_context(
+                    client.stream(
+                        "POST", proc.url + CHAT, content=slow_body(30.0), headers={"content-type": "application/json"}
+                    )
+                )
+                assert response.status_code == 200
+                host, port = response.extensions["network_stream"].get_extra_info("client_addr")
+                peers.append(f"{host}:{port}")
+                chunks = stack.enter_context(contextlib.closing(response.iter_raw()))
+                assert b"data:" in next(chunks)  # mid-stream: the engine takes 30 s for the rest
+        # Both clients went away mid-stream (the responses and clients are closed). Once the hop
+        # has seen them go, their slots must be free although no response hook ever ran.
+        for peer in peers:
+            wait_for_log(proc, f"[{peer}] client disconnect")
+        again = concurrently(proc.url, [slow_body(1.0)] * 2)
+        assert [(s.status, s.end) for s in again] == [(200, "clean")] * 2
+
+
+# --------------------------------------------------------------------------------------------
 # delayed response headers
 
 
@@ -467,8 +550,10 @@ class TestOptions:
         argv = [mitmdump_path(), "-q", "--listen-host", "127.0.0.1", "--listen-port", "0"]
         argv += ["--mode", f"reverse:{engine.url}", "-s", ADDON]
         argv += ["--set", "proxycheck_fault_probability=1.5", "--set", "proxycheck_fault_stall_seconds=soon"]
+        argv += ["--set", "proxycheck_fault_max_concurrent=-1"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=50)
         assert done.returncode != 0
         output = done.stdout + done.stderr
         assert "proxycheck_fault_probability must be a number >= 0 and <= 1, not '1.5'" in output
         assert "proxycheck_fault_stall_seconds must be a number, not 'soon'" in output
+        assert "proxycheck_fault_max_concurrent must be >= 0, not -1" in output
