@@ -14,12 +14,15 @@ from typing import Sequence
 from proxycheck import __version__
 from proxycheck.commands import (
     agent,
+    bench,
     check,
+    compare,
     demo,
     diff,
     engine,
     export,
     importer,
+    merge,
     minimize,
     probe,
     record,
@@ -29,7 +32,7 @@ from proxycheck.commands import (
 from proxycheck.commands.common import EXIT_BAD_INPUT, EXIT_OK
 from proxycheck.core.errors import ProxycheckError
 
-COMMANDS = (demo, record, sessions, replay, check, minimize, diff, probe, importer, export, engine, agent)
+COMMANDS = (demo, record, sessions, replay, check, minimize, diff, probe, bench, compare, merge, importer, export, engine, agent)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -50,6 +50,7 @@ non_negative_int = _bounded(int, "a non-negative integer", lambda v: v >= 0)
 positive_seconds = _bounded(float, "a positive number of seconds", lambda v: v > 0)
 non_negative_seconds = _bounded(float, "a non-negative number of seconds", lambda v: v >= 0)
 non_negative_number = _bounded(float, "a non-negative number", lambda v: v >= 0)
+positive_number = _bounded(float, "a positive number", lambda v: v > 0)
 probability = _bounded(float, "a probability between 0 and 1", lambda v: 0 <= v <= 1)
 
 

@@ -59,7 +59,12 @@ def percentile(values: Sequence[float], q: float) -> float | None:
         raise ValueError(f"q must be within 0..100, got {q}")
     if not values:
         return None
-    xs = sorted(values)
+    return percentile_of_sorted(sorted(values), q)
+
+
+def percentile_of_sorted(xs: Sequence[float], q: float) -> float:
+    """`percentile` of values already sorted (not empty), without sorting them again: for inner
+    loops such as a bootstrap's. q is not checked."""
     h = (len(xs) - 1) * (q / 100)
     lo = math.floor(h)
     if lo >= len(xs) - 1:

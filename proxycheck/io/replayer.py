@@ -157,7 +157,7 @@ async def replay(
     budget = _Budget(options.max_requests)
     tls = {route.name: tls_context(route.verify) for route in routes}  # bad CA files fail before any traffic
     turns = sum(len(s.turns) for s in sessions)
-    with _collector_out_of_the_way():
+    with collector_out_of_the_way():
         origin = time.monotonic()
         for route in routes:
             for repetition in range(options.first_repetition, options.first_repetition + options.repeat):
@@ -171,7 +171,7 @@ async def replay(
 
 
 @contextmanager
-def _collector_out_of_the_way() -> Iterator[None]:
+def collector_out_of_the_way() -> Iterator[None]:
     """Keep the cyclic garbage collector from pausing the event loop mid-replay.
 
     A full collection walks every object alive: with a recording and a plan in memory that is

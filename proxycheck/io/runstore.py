@@ -77,13 +77,16 @@ class RunWriter:
         options: Mapping[str, Any] | None = None,
         run_id: str | None = None,
         wall: Callable[[], float] = time.time,
+        started_at: float | None = None,
     ) -> None:
+        """`started_at`: the wall-clock start the observations' times count from, when it is not
+        now (a run merged from others keeps the earliest of theirs)."""
         self.directory = Path(directory)
         self._wall = wall
         self._lock = threading.Lock()
         self._closed = False
         self.count = 0
-        started = wall()
+        started = wall() if started_at is None else started_at
         self.meta: dict[str, Any] = {
             "format": FORMAT,
             "version": VERSION,

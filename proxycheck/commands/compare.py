@@ -1,0 +1,114 @@
+"""`proxycheck compare RUN_A RUN_B`: what changed between two bench runs, and is it real.
+
+This module owns the command: loading two runs written by `proxycheck bench` (their windows are
+in run.json), the table and `--json`, and the exit status CI scripts use after a fix or a server
+change: 0 when B is no worse than A beyond `--max-regression` (by a difference whose confidence
+interval excludes zero), 1 on such a regression (fewer tokens/s, slower TTFT/TPOT/ITL/E2E, more
+failures), 2 on bad input. The statistics (block bootstrap intervals, Fisher's test on failures)
+are `proxycheck.core.perf.compare`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from proxycheck.commands.common import EXIT_FAULT, EXIT_OK, non_negative_int, positive_int, reports_bad_input
+from proxycheck.core.errors import BadInput
+
+DEFAULT_MAX_REGRESSION = 5.0  # percent
+LOAD_KEYS = ("concurrency", "rate", "burstiness", "client")
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage") from None
+    if not 0 <= value < 1000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage between 0 and 1000")
+    return value
+
+
+def _confidence(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.5 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the confidence must be in [0.5, 1)")
+    return value
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = commands.add_parser(
+        "compare",
+        help="compare two bench runs: deltas with 95%% confidence intervals, exit 1 on a regression",
+        description="Deltas of B against A (tokens/s, requests/s, goodput, TTFT, TPOT, ITL, E2E, failures) "
+        "with bootstrap confidence intervals over time blocks of each run. Exit 0 no regression beyond "
+        "--max-regression, 1 a significant one, 2 bad input.",
+    )
+    p.add_argument("run_a", metavar="RUN_A", help="the baseline bench run")
+    p.add_argument("run_b", metavar="RUN_B", help="the bench run to judge against it")
+    p.add_argument("--max-regression", type=_percent, default=DEFAULT_MAX_REGRESSION, metavar="PCT",
+                   help=f"tolerated worsening of a headline metric, in percent (default {DEFAULT_MAX_REGRESSION:g})")
+    p.add_argument("--confidence", type=_confidence, default=0.95, metavar="P", help="interval level (default 0.95)")
+    p.add_argument("--iterations", type=positive_int, default=1000, metavar="N", help="bootstrap resamples")
+    p.add_argument("--blocks", type=positive_int, default=20, metavar="N", help="time blocks per run")
+    p.add_argument("--seed", type=non_negative_int, default=0, metavar="N", help="bootstrap seed")
+    p.add_argument("--json", metavar="F", help="write the comparison as JSON to F")
+    p.set_defaults(run=run)
+
+
+@reports_bad_input
+def run(args: argparse.Namespace) -> int:
+    from proxycheck.core.perf import compare
+    from proxycheck.report.bench_view import render_compare
+
+    a, b = load_bench(args.run_a), load_bench(args.run_b)
+    for key in LOAD_KEYS:
+        if a.options.get(key) != b.options.get(key):
+            print(f"proxycheck: warning: the runs differ in {key} ({a.options.get(key)} vs {b.options.get(key)}): "
+                  "an A/B comparison should keep the load the same", file=sys.stderr)  # fmt: skip
+    slo = a.slo if a.slo == b.slo else None
+    result = compare(a.observations, a.window, b.observations, b.window, slo=slo, blocks=args.blocks,
+                     iterations=args.iterations, seed=args.seed, confidence=args.confidence)  # fmt: skip
+    regressions = result.regressions(args.max_regression / 100)
+    doc = {**result.to_json(), "a": str(args.run_a), "b": str(args.run_b), "max_regression": args.max_regression,
+           "regressions": regressions}  # fmt: skip
+    render_compare(doc, title=f"{args.run_b} against {args.run_a}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return EXIT_FAULT if regressions else EXIT_OK
+
+
+class BenchRun:
+    """A bench run loaded for comparison: its observations on its route, window, options, SLO."""
+
+    def __init__(self, directory: str) -> None:
+        from proxycheck.commands.bench import BENCH_KEY
+        from proxycheck.core.perf import SLO, Window
+        from proxycheck.io.runstore import load_run
+
+        run = load_run(directory)
+        bench = run.meta.get(BENCH_KEY)
+        if not isinstance(bench, dict):
+            raise BadInput(directory, "not a bench run (run.json has no \"bench\"; make it with proxycheck bench)")
+        try:
+            start, end = (float(v) for v in bench["window"])
+            self.window = Window(start, end)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadInput(f"{directory}/run.json", f"bench window unreadable: {exc}") from None
+        self.options: dict[str, Any] = dict(run.meta.get("options") or {})
+        slo = self.options.get("slo")
+        self.slo = SLO(**slo) if isinstance(slo, dict) else None
+        self.observations = run.observations
+        if not self.observations:
+            raise BadInput(directory, "the run holds no observations")
+
+
+def load_bench(directory: str) -> BenchRun:
+    return BenchRun(directory)
