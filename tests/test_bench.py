@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -227,3 +228,32 @@ def test_workers_and_shards_split_the_load_and_merge_back(
     assert "not every shard of one load once" in capsys.readouterr().err
     assert cli.main(["merge", str(tmp_path / "workers"), str(tmp_path / "shard1"), "--out", str(tmp_path / "m2")]) == 2
     assert "do not overlap" in capsys.readouterr().err
+
+
+def test_ctrl_c_keeps_the_run_with_its_window_cut_where_the_load_stopped(setup: Setup, tmp_path: Path) -> None:
+    chain = setup.chain(setup.fast, "ctrl-c")
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "proxycheck", "bench", str(setup.recording), "--chain", str(chain),
+                             "--route", "direct", "--concurrency", "4", "--duration", "60", "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        observations = out / "observations.jsonl"
+        while time.monotonic() < deadline and proc.poll() is None:
+            if observations.exists() and observations.read_bytes().count(b"\n") >= 20:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        assert proc.stderr is not None
+        err = proc.stderr.read().decode()
+        proc.stderr.close()
+    assert "Traceback" not in err and "(interrupted)" in err, err
+    run = load_run(out)
+    assert run.status == "interrupted" and len(run.observations) >= 20
+    start, end = run.meta["bench"]["window"]
+    assert end < 60 and run.meta["bench"]["summary"]["requests"] >= 20

@@ -196,7 +196,7 @@ IDLE = 0.6  # the hop never answers on a connection idle longer than this
 
 
 def test_an_idle_connection_blackhole_is_minimized_to_its_think_time(setup: Setup, tmp_path: Path) -> None:
-    recording = record(setup.engine, tmp_path / "idle-recording", sessions=2, turns=3, think=2 * IDLE)
+    recording = record(setup.engine, tmp_path / "idle-recording", sessions=2, turns=2, think=2 * IDLE)
     hop, chain = hop_chain(setup, tmp_path, f"idle_blackhole={IDLE}")
     out = tmp_path / "min"
     try:
