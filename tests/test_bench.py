@@ -25,6 +25,7 @@ import pytest
 from proxycheck import cli
 from proxycheck.core.ssefilter import coin
 from proxycheck.io.agent import AgentOptions, run_agent
+from proxycheck.io.bench import arrival_gaps
 from proxycheck.io.procs import Managed, start_engine, start_mitmdump
 from proxycheck.io.runstore import load_run
 
@@ -257,3 +258,31 @@ def test_ctrl_c_keeps_the_run_with_its_window_cut_where_the_load_stopped(setup: 
     assert run.status == "interrupted" and len(run.observations) >= 20
     start, end = run.meta["bench"]["window"]
     assert end < 60 and run.meta["bench"]["summary"]["requests"] >= 20
+
+
+def test_open_loop_arrivals_and_the_cap_on_requests_in_flight(setup: Setup, tmp_path: Path) -> None:
+    chain = setup.chain(setup.fast, "open")
+    # Arrivals far faster than the server answers: the cap is what holds the load.
+    assert bench(setup, chain, tmp_path / "capped", "--rate", "500", "--burstiness", "0.5", "--concurrency", "3",
+                 "--requests", "30") == 0  # fmt: skip
+    run = load_run(tmp_path / "capped")
+    assert run.meta["options"]["rate"] == 500 and run.meta["options"]["burstiness"] == 0.5
+    spans = [(o.t_start, o.t_start + (o.end or 0.0)) for o in run.observations]
+    assert len(spans) == 30
+    most = max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
+    assert most == 3, most
+    # Without a cap, the same arrivals pile up.
+    assert bench(setup, chain, tmp_path / "open", "--rate", "500", "--requests", "30") == 0
+    spans = [(o.t_start, o.t_start + (o.end or 0.0)) for o in load_run(tmp_path / "open").observations]
+    assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) > 3
+
+
+def test_arrival_gaps_have_the_asked_rate_and_burstiness() -> None:
+    from statistics import fmean, pstdev
+
+    for burstiness in (1.0, 0.25, 4.0):
+        gaps = [g for g, _ in zip(arrival_gaps(20.0, burstiness, seed=3), range(20000))]
+        assert fmean(gaps) == pytest.approx(1 / 20, rel=0.05)
+        # A gamma of shape k has a coefficient of variation of 1/sqrt(k): 1 for Poisson arrivals.
+        assert pstdev(gaps) / fmean(gaps) == pytest.approx(burstiness**-0.5, rel=0.05)
+    assert list(zip(arrival_gaps(5, 1, 1), range(3))) == list(zip(arrival_gaps(5, 1, 1), range(3)))

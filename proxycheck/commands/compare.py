@@ -90,7 +90,7 @@ class BenchRun:
 
     def __init__(self, directory: str) -> None:
         from proxycheck.commands.bench import BENCH_KEY
-        from proxycheck.core.perf import SLO, Window
+        from proxycheck.core.perf import Window
         from proxycheck.io.runstore import load_run
 
         run = load_run(directory)
@@ -103,8 +103,7 @@ class BenchRun:
         except (KeyError, TypeError, ValueError) as exc:
             raise BadInput(f"{directory}/run.json", f"bench window unreadable: {exc}") from None
         self.options: dict[str, Any] = dict(run.meta.get("options") or {})
-        slo = self.options.get("slo")
-        self.slo = SLO(**slo) if isinstance(slo, dict) else None
+        self.slo = slo_of(self.options, f"{directory}/run.json")
         self.observations = run.observations
         if not self.observations:
             raise BadInput(directory, "the run holds no observations")
@@ -112,3 +111,16 @@ class BenchRun:
 
 def load_bench(directory: str) -> BenchRun:
     return BenchRun(directory)
+
+
+def slo_of(options: dict[str, Any], where: str) -> Any:
+    """The SLO a bench run was made with (its options in run.json), or None."""
+    from proxycheck.core.perf import SLO
+
+    doc = options.get("slo")
+    if doc is None:
+        return None
+    try:
+        return SLO(**doc)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(where, f"bad slo {doc!r}: {exc}") from None

@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
 def merge_runs(directories: list[str], out: str, title_extra: str = "") -> Any:
     """Merge the bench runs in `directories` into a new run `out`; print and return its summary."""
     from proxycheck.commands.bench import BENCH_KEY
-    from proxycheck.core.perf import SLO, Window, summarize
+    from proxycheck.commands.compare import slo_of
+    from proxycheck.core.perf import Window, summarize
     from proxycheck.io.runstore import RunWriter, load_run
     from proxycheck.report.bench_view import render_bench
 
@@ -83,8 +84,7 @@ def merge_runs(directories: list[str], out: str, title_extra: str = "") -> Any:
     if isinstance(whole, dict):
         options["whole"] = whole
     options["merged_from"] = [r.run_id for r in runs]
-    slo_doc = options.get("slo")
-    slo = SLO(**slo_doc) if isinstance(slo_doc, dict) else None
+    slo = slo_of(options, f"{directories[0]}/run.json")
     summary = summarize(observations, window, slo)
     writer = RunWriter(out, chain=runs[0].meta.get("chain"), routes=runs[0].routes, options=options,
                        started_at=base)  # fmt: skip
