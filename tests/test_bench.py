@@ -139,8 +139,9 @@ def test_runs_of_the_same_configuration_show_no_significant_difference(setup: Se
         status, doc = compare(a, b, tmp_path / "cmp.json")
         assert status == 0, doc["regressions"]
         significant += [m["name"] for m in doc["metrics"] if m["headline"] and m["significant"]]
-    # 3 comparisons x 7 headline metrics at 95%: about one false alarm is the expected worst.
-    assert len(significant) <= 2, significant
+    # Beyond the 2% noise band nothing should stand out; one metric over 3 x 6 checks is allowed
+    # for a run disturbed by the machine (they differ by a percent or two for real).
+    assert len(significant) <= 1, significant
 
 
 def test_a_hop_stalling_10_percent_of_requests_shows_up_as_failures_not_a_faster_run(

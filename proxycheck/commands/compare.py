@@ -20,6 +20,7 @@ from proxycheck.commands.common import EXIT_FAULT, EXIT_OK, non_negative_int, po
 from proxycheck.core.errors import BadInput
 
 DEFAULT_MAX_REGRESSION = 5.0  # percent
+DEFAULT_NOISE = 2.0  # percent: run-to-run differences of one configuration on a shared machine
 LOAD_KEYS = ("concurrency", "rate", "burstiness", "client")
 
 
@@ -55,6 +56,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("run_b", metavar="RUN_B", help="the bench run to judge against it")
     p.add_argument("--max-regression", type=_percent, default=DEFAULT_MAX_REGRESSION, metavar="PCT",
                    help=f"tolerated worsening of a headline metric, in percent (default {DEFAULT_MAX_REGRESSION:g})")
+    p.add_argument("--noise", type=_percent, default=DEFAULT_NOISE, metavar="PCT",
+                   help="a change is significant only when its whole interval lies beyond +-PCT "
+                   f"(default {DEFAULT_NOISE:g}: what two runs of one configuration differ by on a shared machine)")
     p.add_argument("--confidence", type=_confidence, default=0.95, metavar="P", help="interval level (default 0.95)")
     p.add_argument("--iterations", type=positive_int, default=1000, metavar="N", help="bootstrap resamples")
     p.add_argument("--blocks", type=positive_int, default=20, metavar="N", help="time blocks per run")
@@ -68,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     from proxycheck.core.perf import compare
     from proxycheck.report.bench_view import render_compare
 
+    if args.noise >= 100:
+        raise BadInput("--noise", f"{args.noise:g}% is no noise band (give less than 100)")
     a, b = load_bench(args.run_a), load_bench(args.run_b)
     for key in LOAD_KEYS:
         if a.options.get(key) != b.options.get(key):
@@ -75,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
                   "an A/B comparison should keep the load the same", file=sys.stderr)  # fmt: skip
     slo = a.slo if a.slo == b.slo else None
     result = compare(a.observations, a.window, b.observations, b.window, slo=slo, blocks=args.blocks,
-                     iterations=args.iterations, seed=args.seed, confidence=args.confidence)  # fmt: skip
+                     iterations=args.iterations, seed=args.seed, confidence=args.confidence,
+                     noise=args.noise / 100)  # fmt: skip
     regressions = result.regressions(args.max_regression / 100)
     doc = {**result.to_json(), "a": str(args.run_a), "b": str(args.run_b), "max_regression": args.max_regression,
            "regressions": regressions}  # fmt: skip

@@ -324,7 +324,8 @@ def summarize(observations: Iterable[Observation], window: Window, slo: SLO | No
 class MetricDelta:
     """One metric of B against A. `delta` = b / a - 1 (None when a is 0 or unknown, or b is
     unknown); [ci_low, ci_high] its bootstrap interval (None when it could not be estimated);
-    `significant`: the interval excludes 0."""
+    `significant`: the interval lies wholly beyond the noise band (-noise, +noise) of the
+    comparison (with no band: it excludes 0)."""
 
     name: str
     unit: str
@@ -402,6 +403,7 @@ class Comparison:
     blocks: int
     confidence: float
     seed: int
+    noise: float = 0.0
 
     def metric(self, name: str) -> MetricDelta:
         for m in self.metrics:
@@ -443,6 +445,7 @@ class Comparison:
             "blocks": self.blocks,
             "confidence": self.confidence,
             "seed": self.seed,
+            "noise": self.noise,
             "metrics": [m.to_json() for m in self.metrics],
             "failures": self.failures.to_json(),
             "a": self.a.to_json(),
@@ -587,6 +590,7 @@ def compare(
     iterations: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
+    noise: float = 0.0,
 ) -> Comparison:
     """Run B against run A: each metric's relative delta (b / a - 1) with a block bootstrap
     percentile interval at `confidence`, and failure rates by Fisher's exact test.
@@ -602,7 +606,15 @@ def compare(
     0) is skipped for that metric; when more than 1 - confidence of them are, or the point delta is
     undefined, the metric has no interval and is not significant. `iterations` = 0 gives point
     estimates only. The point estimates `a` and `b` are those of `summarize`.
+
+    `noise` (a fraction, e.g. 0.02): a change counts as significant only when its whole interval
+    lies beyond +-noise. Two runs of one configuration on a shared machine differ by a percent or
+    two for real (what else ran, where the scheduler put the processes), which no resampling
+    within a run can see; below the band a difference is real but not worth a verdict (the
+    approach of Criterion.rs's noise threshold).
     """
+    if not 0 <= noise < 1:
+        raise ValueError(f"noise must be within [0, 1), got {noise!r}")
     if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
         raise ValueError(f"blocks must be a positive integer, got {blocks!r}")
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
@@ -640,7 +652,7 @@ def compare(
         if deltas[m] is not None and samples[m] and undefined[m] <= (1 - confidence) * iterations:
             ordered = sorted(samples[m])
             lo, hi = percentile_of_sorted(ordered, tail), percentile_of_sorted(ordered, 100 - tail)
-        significant = lo is not None and hi is not None and (lo > 0 or hi < 0)
+        significant = lo is not None and hi is not None and (lo > noise or hi < -noise)
         metrics.append(
             MetricDelta(
                 name=spec.name,
@@ -678,6 +690,7 @@ def compare(
         blocks=blocks,
         confidence=confidence,
         seed=seed,
+        noise=noise,
     )
 
 

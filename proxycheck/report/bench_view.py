@@ -101,6 +101,9 @@ def compare_view(doc: dict[str, Any], title: str = "compare") -> RenderableType:
         table.add_row(Text(name, style="" if metric.get("headline") else "dim"), _value(metric, "a"),
                       _value(metric, "b"), _delta(metric), _interval(metric), mark)  # fmt: skip
     parts: list[RenderableType] = [table]
+    noise = doc.get("noise") or 0.0
+    band = f"beyond ±{noise:.0%} (the noise band)" if noise else "excluding 0"
+    parts.append(Text(f"significant: the {confidence:.0%} interval lies wholly {band}", style="dim"))
     failures = doc.get("failures") or {}
     if failures:
         line = (f"failures: A {failures.get('a_failed', 0)}/{failures.get('a_requests', 0)}, "

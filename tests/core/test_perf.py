@@ -479,9 +479,23 @@ def test_iterations_zero_gives_point_estimates_only() -> None:
     assert all(m.ci_low is None and not m.significant for m in c.metrics)
 
 
+def test_a_difference_inside_the_noise_band_is_not_significant() -> None:
+    # 1.5% slower tokens: real, and tight enough to exclude 0 with 2 minutes of each run ...
+    a, b = closed_loop(1), closed_loop(2, interval=0.01015)
+    exact = compare(a, WINDOW, b, WINDOW).metric("itl_mean")
+    assert exact.significant and exact.ci_low is not None and 0 < exact.ci_low < 0.02, exact
+    # ... but within the 2% a shared machine's runs differ by: no verdict.
+    banded = compare(a, WINDOW, b, WINDOW, noise=0.02)
+    assert not banded.metric("itl_mean").significant and banded.to_json()["noise"] == 0.02
+    # A 12% change is well beyond it.
+    assert compare(a, WINDOW, closed_loop(2, interval=0.0112), WINDOW, noise=0.02).metric("itl_mean").significant
+
+
 @pytest.mark.parametrize(
-    "kwargs", [{"blocks": 0}, {"blocks": 2.5}, {"iterations": -1}, {"confidence": 1.0}, {"confidence": 0}]
-)
+    "kwargs",
+    [{"blocks": 0}, {"blocks": 2.5}, {"iterations": -1}, {"confidence": 1.0}, {"confidence": 0}, {"noise": 1.0},
+     {"noise": -0.1}],
+)  # fmt: skip
 def test_compare_rejects_bad_parameters(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         compare([], Window(0, 1), [], Window(0, 1), **kwargs)  # type: ignore[arg-type]
