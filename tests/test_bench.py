@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ctrl_c import interrupt_when, lines_in
 
 from proxycheck import cli
 from proxycheck.core.ssefilter import coin
@@ -235,25 +235,10 @@ def test_workers_and_shards_split_the_load_and_merge_back(
 def test_ctrl_c_keeps_the_run_with_its_window_cut_where_the_load_stopped(setup: Setup, tmp_path: Path) -> None:
     chain = setup.chain(setup.fast, "ctrl-c")
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "proxycheck", "bench", str(setup.recording), "--chain", str(chain),
-                             "--route", "direct", "--concurrency", "4", "--duration", "60", "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        observations = out / "observations.jsonl"
-        while time.monotonic() < deadline and proc.poll() is None:
-            if observations.exists() and observations.read_bytes().count(b"\n") >= 20:
-                break
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 130
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
-        assert proc.stderr is not None
-        err = proc.stderr.read().decode()
-        proc.stderr.close()
+    status, err = interrupt_when(["bench", str(setup.recording), "--chain", str(chain), "--route", "direct",
+                                  "--concurrency", "4", "--duration", "60", "--out", str(out)],
+                                 lines_in(out / "observations.jsonl", 20))  # fmt: skip
+    assert status == 130, err
     assert "Traceback" not in err and "(interrupted)" in err, err
     run = load_run(out)
     assert run.status == "interrupted" and len(run.observations) >= 20

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ctrl_c import interrupt_when, lines_in
 
 from proxycheck import cli
 from proxycheck.io.agent import AgentOptions, run_agent
@@ -298,26 +298,11 @@ def test_ctrl_c_keeps_what_was_observed_as_a_loadable_run(chains: Chains, tmp_pa
     # The faulty hop's stalls hold each failing turn for the 30 s watchdog: Ctrl-C lands mid-check.
     chain = chains.chain(tmp_path, "F2")
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "proxycheck", "check", str(chains.recording), "--chain", str(chain),
-                             "--pace", "fast", "--stall-timeout", "30", "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        observations = out / "observations.jsonl"
-        # Both direct replays (12 exchanges) and the first of via:F2 are in: it is waiting on a stall.
-        while time.monotonic() < deadline and proc.poll() is None:
-            if observations.exists() and observations.read_bytes().count(b"\n") >= 13:
-                break
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)  # a terminal's Ctrl-C
-        assert proc.wait(timeout=30) == 130
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
-        assert proc.stderr is not None
-        err = proc.stderr.read().decode()
-        proc.stderr.close()
+    # Both direct replays (12 exchanges) and the first of via:F2 are in: it is waiting on a stall.
+    status, err = interrupt_when(["check", str(chains.recording), "--chain", str(chain), "--pace", "fast",
+                                  "--stall-timeout", "30", "--out", str(out)],
+                                 lines_in(out / "observations.jsonl", 13))  # fmt: skip
+    assert status == 130, err
     assert "Traceback" not in err and "interrupted; " in err and "observation(s) kept in" in err, err
     run = load_run(out)
     assert run.status == "interrupted" and len(run.observations) >= 13

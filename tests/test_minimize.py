@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ctrl_c import interrupt_when
 
 from proxycheck import cli
 from proxycheck.commands.replay import load_sessions
@@ -162,7 +160,6 @@ def test_a_budget_or_ctrl_c_keeps_the_smallest_failing_candidate_so_far(
 ) -> None:
     limit = (max(setup.sizes[2]) + min(setup.sizes[3])) // 2
     hop, chain = hop_chain(setup, tmp_path, f"max_body={limit}")
-    proc: subprocess.Popen[bytes] | None = None
     try:
         # 3 replays of baseline, then 2 for candidates: not enough to finish.
         assert minimize(setup, chain, tmp_path / "budget", "--budget", "5") == 0
@@ -171,22 +168,13 @@ def test_a_budget_or_ctrl_c_keeps_the_smallest_failing_candidate_so_far(
         assert doc["complete"] is False and doc["interrupted"] is False and doc["replays"] <= 5
         assert doc["trigger"]["status"] == 413 and len(load_sessions(str(tmp_path / "budget"))) >= 1
 
-        out, err = tmp_path / "ctrl-c", tmp_path / "ctrl-c.err"
-        with open(err, "wb") as stderr:
-            proc = subprocess.Popen([sys.executable, "-m", "proxycheck", "minimize", str(setup.recording), "--chain",
-                                     str(chain), "--route", "via:F", "--out", str(out)],
-                                    stdout=subprocess.DEVNULL, stderr=stderr)  # fmt: skip
-        deadline = time.monotonic() + 60
-        while "candidate 2:" not in err.read_text() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 130, err.read_text()
+        out = tmp_path / "ctrl-c"
+        status, err = interrupt_when(["minimize", str(setup.recording), "--chain", str(chain), "--route", "via:F",
+                                      "--out", str(out)], lambda text: "candidate 2:" in text)  # fmt: skip
+        assert status == 130, err
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
         hop.stop()
-    assert "interrupted: keeping the smallest failing candidate so far" in err.read_text()
+    assert "interrupted: keeping the smallest failing candidate so far" in err
     doc = json.loads((out / "minimized.json").read_text())
     assert doc["complete"] is False and doc["interrupted"] is True
     assert doc["trigger"]["status"] == 413 and load_sessions(str(out))

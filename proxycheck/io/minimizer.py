@@ -321,7 +321,6 @@ class _Minimizer:
         units = message_units(body)
         if not units or self.exhausted():
             return None
-        count = lambda us: sum(len(u) for u in us)  # noqa: E731
 
         def make(kept: Sequence[tuple[int, ...]]) -> _State | None:
             cut = drop_units(body, [u for u in units if u not in kept])
@@ -335,8 +334,9 @@ class _Minimizer:
             kept: tuple[tuple[int, ...], ...] = ()
         else:
             kept = await self.ddmin(units, make, "message groups")
-        self.say(f"history of the failing turn: {count(units)} droppable message(s) -> {count(kept)}")
-        return {"droppable": count(units), "kept": count(kept)}
+        droppable, left = _messages(units), _messages(kept)
+        self.say(f"history of the failing turn: {droppable} droppable message(s) -> {left}")
+        return {"droppable": droppable, "kept": left}
 
     async def bisect_body(self) -> dict[str, Any] | None:
         assert self.best is not None
@@ -452,6 +452,10 @@ class _Minimizer:
         }
         (Path(out) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         return MinimizeResult(str(out), self.complete, summary, self.interrupted)
+
+
+def _messages(units: Sequence[tuple[int, ...]]) -> int:
+    return sum(len(u) for u in units)
 
 
 def _smallest(body: bytes) -> bytes | None:
