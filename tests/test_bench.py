@@ -91,7 +91,9 @@ def metric(doc: dict, name: str) -> dict:
     return next(m for m in doc["metrics"] if m["name"] == name)
 
 
-LOAD = ("--concurrency", "8", "--requests", "96", "--warmup", "0.3", "--stall-timeout", "2")
+# A steady state: 3 s measured at concurrency 8 after a warm-up, about 90 requests (no tail of
+# stragglers at the end, which a fixed number of requests would have).
+LOAD = ("--concurrency", "8", "--duration", "3", "--warmup", "0.5", "--stall-timeout", "2")
 
 
 def test_a_slower_token_interval_is_reported_with_an_interval_that_holds_the_truth(
@@ -104,7 +106,7 @@ def test_a_slower_token_interval_is_reported_with_an_interval_that_holds_the_tru
     out = capsys.readouterr().out
     assert "output tokens/s" in out and "TPOT" in out and "failed: none" in out
     summary = json.loads((tmp_path / "a.json").read_text())
-    assert summary["requests"] >= 96 and summary["failures"] == {}
+    assert summary["requests"] >= 48 and summary["failures"] == {}
     assert summary["tpot"]["p50"] == pytest.approx(FAST, rel=0.25)
 
     status, doc = compare(runs["a"], runs["b"], tmp_path / "cmp.json")

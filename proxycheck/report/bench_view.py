@@ -92,7 +92,8 @@ def compare_view(doc: dict[str, Any], title: str = "compare") -> RenderableType:
     table.add_column("A", justify="right")
     table.add_column("B", justify="right")
     table.add_column("B vs A", justify="right")
-    table.add_column(f"{confidence:.0%} CI", justify="right")
+    level = f"{confidence * 100:g}%"
+    table.add_column(f"{level} CI", justify="right")
     table.add_column("")
     for metric in doc.get("metrics", []):
         unit = " (ms)" if metric.get("unit") == "s" else ""
@@ -103,7 +104,7 @@ def compare_view(doc: dict[str, Any], title: str = "compare") -> RenderableType:
     parts: list[RenderableType] = [table]
     noise = doc.get("noise") or 0.0
     band = f"beyond ±{noise:.0%} (the noise band)" if noise else "excluding 0"
-    parts.append(Text(f"significant: the {confidence:.0%} interval lies wholly {band}", style="dim"))
+    parts.append(Text(f"significant: the {level} interval lies wholly {band}", style="dim"))
     failures = doc.get("failures") or {}
     if failures:
         line = (f"failures: A {failures.get('a_failed', 0)}/{failures.get('a_requests', 0)}, "
