@@ -123,8 +123,9 @@ def test_a_slower_token_interval_is_reported_with_an_interval_that_holds_the_tru
     assert tokens["ci_high"] < 0 and tokens["significant"], tokens
     assert status == 1 and any("tpot_p50" in r for r in doc["regressions"]), doc["regressions"]
     assert "regressions beyond 5%" in capsys.readouterr().out
-    # Within a 15% tolerance the same change is no regression.
-    assert compare(runs["a"], runs["b"], tmp_path / "cmp2.json", "--max-regression", "15")[0] == 0
+    # Within a 25% tolerance the same change is no regression (a 12% change, measured within a few
+    # percent of it: p50s of jittered intervals move more than means).
+    assert compare(runs["a"], runs["b"], tmp_path / "cmp2.json", "--max-regression", "25")[0] == 0
     # B against A is the mirror image: faster, no regression.
     status, doc = compare(runs["b"], runs["a"], tmp_path / "cmp3.json")
     assert status == 0 and metric(doc, "tpot_p50")["ci_high"] < 0
