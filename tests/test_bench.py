@@ -182,7 +182,12 @@ def test_bad_input_is_one_line_and_exit_2(setup: Setup, tmp_path: Path, capsys: 
          "--duration", "1", "--requests", "3", "--out", str(tmp_path / "y")),
         ("bench", str(setup.recording), "--chain", str(chain), "--route", "direct", "--concurrency", "2",
          "--slo", "ttft:fast", "--out", str(tmp_path / "z")),
+        ("bench", str(setup.recording), "--chain", str(chain), "--route", "direct", "--concurrency", "2",
+         "--workers", "3", "--requests", "4", "--out", str(tmp_path / "w")),
+        ("bench", str(setup.recording), "--chain", str(chain), "--route", "direct", "--concurrency", "2",
+         "--workers", "2", "--shard", "1/2", "--requests", "4", "--out", str(tmp_path / "v")),
         ("compare", str(setup.recording), str(setup.recording)),
+        ("merge", str(setup.recording), "--out", str(tmp_path / "m")),
     ]  # fmt: skip
     for argv in cases:
         try:

@@ -28,6 +28,7 @@ from proxycheck.commands.common import (
     positive_seconds,
     reports_bad_input,
 )
+from proxycheck.commands.replay import add_watchdog_flags
 from proxycheck.core.errors import BadInput
 
 DEFAULT_DURATION = 60.0
@@ -68,10 +69,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--slo", type=_slo, metavar="ttft:MS,tpot:MS",
                    help="service level objective: goodput counts the requests that meet it")
     p.add_argument("--seed", type=non_negative_int, default=0, metavar="N", help="seed of the arrival times")
-    p.add_argument("--connect-timeout", type=positive_seconds, metavar="S", help="connect watchdog (s)")
-    p.add_argument("--header-timeout", type=positive_seconds, metavar="S", help="response headers watchdog (s)")
-    p.add_argument("--stall-timeout", type=positive_seconds, metavar="S", help="no-content-progress watchdog (s)")
-    p.add_argument("--total-timeout", type=positive_seconds, metavar="S", help="whole-request watchdog (s)")
+    add_watchdog_flags(p)
     p.add_argument("--workers", type=positive_int, default=1, metavar="N",
                    help="split the load over N processes on this machine (merged into --out)")
     p.add_argument("--shard", type=_shard, metavar="I/N",
@@ -92,7 +90,7 @@ def _shard(text: str) -> tuple[int, int]:
 
 @reports_bad_input
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.commands.replay import chain_doc, check_out, check_tls, load_chain, load_sessions
+    from proxycheck.commands.replay import chain_doc, check_out, check_tls, load_chain, load_sessions, watchdogs_of
     from proxycheck.core.perf import summarize
     from proxycheck.io.bench import BenchOptions, bench, request_cycle, shard_share
     from proxycheck.io.runstore import RunWriter
@@ -115,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     if not turns:
         raise BadInput(args.directory, "no LLM requests to send")
     options = BenchOptions(
-        watchdogs=_watchdogs(args, sessions), concurrency=args.concurrency, rate=args.rate,
+        watchdogs=watchdogs_of(args, sessions), concurrency=args.concurrency, rate=args.rate,
         burstiness=args.burstiness, duration=args.duration, requests=args.requests, warmup=args.warmup,
         seed=args.seed,
     )  # fmt: skip
@@ -127,9 +125,10 @@ def run(args: argparse.Namespace) -> int:
             options = shard_share(options, args.shard[0] - 1, args.shard[1], len(turns))
         except ValueError as exc:
             raise BadInput("--shard", str(exc)) from None
-    doc = _options_doc(args, options)
-    doc["whole"] = _options_doc(args, whole)
-    writer = RunWriter(args.out, chain=chain_doc(chain), routes=[route.name], options=doc, started_at=args.start_at)
+    options_doc = _options_doc(args, options)
+    options_doc["whole"] = _options_doc(args, whole)
+    writer = RunWriter(args.out, chain=chain_doc(chain), routes=[route.name], options=options_doc,
+                       started_at=args.start_at)  # fmt: skip
     load = _describe_load(options)
     part = f" (shard {args.shard[0]}/{args.shard[1]})" if args.shard else ""
     print(f"proxycheck: bench {route.name}{part}: {load}, {len(turns)} recorded request(s) cycled", file=sys.stderr)
@@ -145,20 +144,21 @@ def run(args: argparse.Namespace) -> int:
         writer.close("failed")
         raise
     summary = summarize(observations, result.window, args.slo)
+    doc = summary.to_json()
     writer.meta[BENCH_KEY] = {
         "window": [result.window.start, result.window.end],
         "issued": result.issued,
         "measured": result.measured,
         "load": load,
         "shard": list(args.shard) if args.shard else None,
-        "summary": summary.to_json(),
+        "summary": doc,
     }
     writer.close("interrupted" if result.interrupted else "completed")
     from proxycheck.report.bench_view import render_bench
 
-    render_bench(summary.to_json(), title=f"bench {route.name}: {load}")
+    render_bench(doc, title=f"bench {route.name}: {load}")
     if args.json:
-        Path(args.json).write_text(json.dumps(summary.to_json(), indent=2) + "\n", encoding="utf-8")
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     note = " (interrupted)" if result.interrupted else ""
     print(f"proxycheck: run {writer.run_id}: {writer.count} request(s){note}; {args.out}", file=sys.stderr)
     if result.interrupted:
@@ -227,16 +227,6 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
     if args.slo is not None:
         argv += ["--slo", str(args.slo)]
     return argv
-
-
-def _watchdogs(args: argparse.Namespace, sessions: list[Any]) -> Any:
-    from proxycheck.core.replayplan import derive_watchdogs
-
-    try:
-        return derive_watchdogs(sessions).with_overrides(connect=args.connect_timeout, headers=args.header_timeout,
-                                                         stall=args.stall_timeout, total=args.total_timeout)  # fmt: skip
-    except ValueError as exc:
-        raise BadInput("watchdogs", str(exc)) from None
 
 
 def _describe_load(options: Any) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from proxycheck.commands.common import EXIT_FAULT, EXIT_OK, positive_int, positive_seconds, reports_bad_input
+from proxycheck.commands.replay import add_watchdog_flags
 from proxycheck.core.errors import BadInput
 
 DEFAULT_BUDGET = 200
@@ -45,8 +46,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--budget", type=positive_int, default=DEFAULT_BUDGET, metavar="N",
                    help=f"replays allowed in all (default {DEFAULT_BUDGET})")  # fmt: skip
     p.add_argument("--time", type=positive_seconds, metavar="S", help="seconds allowed in all")
-    p.add_argument("--header-timeout", type=positive_seconds, metavar="S", help="response headers watchdog (s)")
-    p.add_argument("--stall-timeout", type=positive_seconds, metavar="S", help="no-content-progress watchdog (s)")
+    add_watchdog_flags(p)
     p.set_defaults(run=run)
 
 
@@ -54,7 +54,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from proxycheck.commands.replay import check_tls, load_chain
+    from proxycheck.commands.replay import check_tls, load_chain, load_sessions, watchdogs_of
     from proxycheck.core.ddmin import Budget
     from proxycheck.io.minimizer import NotReproduced, describe, minimize
 
@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("--route", f"expected via:HOP or direct, got {args.route!r}")
     chain = load_chain(args.chain)
     check_tls([chain.route(name) for name in chain.ladder()] if args.route is None else [chain.route(args.route)])
+    sessions = load_sessions(args.directory)
+    watchdogs = watchdogs_of(args, sessions)
     budget = Budget(replays=args.budget, seconds=args.time, start=time.monotonic())
 
     def progress(line: str) -> None:
@@ -73,13 +75,13 @@ def run(args: argparse.Namespace) -> int:
     route, culprit = args.route, None
     try:
         if route is None:
-            route, culprit = asyncio.run(find_route(args, chain, budget, progress))
+            route, culprit = asyncio.run(find_route(sessions, chain, watchdogs, budget, progress))
             if route is None:
                 print(f"proxycheck: {args.directory}: nothing to minimize: {culprit['says']}", file=sys.stderr)
                 return EXIT_FAULT
         result = asyncio.run(minimize(
             args.directory, chain, route, args.out, budget=budget, progress=progress, culprit=culprit,
-            stall_timeout=args.stall_timeout, header_timeout=args.header_timeout, any_failure=args.any_failure,
+            watchdogs=watchdogs, any_failure=args.any_failure,
         ))  # fmt: skip
     except NotReproduced as exc:
         print(f"proxycheck: {exc}", file=sys.stderr)
@@ -90,18 +92,16 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED if result.interrupted else EXIT_OK
 
 
-async def find_route(args: argparse.Namespace, chain: Any, budget: Any,
+async def find_route(sessions: list[Any], chain: Any, watchdogs: Any, budget: Any,
                      progress: Callable[[str], None]) -> tuple[str | None, dict[str, Any]]:  # fmt: skip
     """The route to minimize over, found as `check` finds the culprit (replays the ladder at the
     pace minimize replays at): via the culprit hop, or direct for the engine; None when no route
     fails. The replays count against the budget."""
     from proxycheck.commands.check import drive, make_localizer
-    from proxycheck.commands.replay import load_sessions
     from proxycheck.core.verdict import ENGINE, PROXY, SERVER
     from proxycheck.io.minimizer import minimize_options
 
-    sessions = load_sessions(args.directory)
-    options = minimize_options(sessions, stall_timeout=args.stall_timeout, header_timeout=args.header_timeout)
+    options = minimize_options(watchdogs)
     routes = {name: chain.route(name) for name in chain.ladder()}
     progress(f"no --route: looking for the failing route first, as check does ({len(routes)} routes)")
     localizer = make_localizer(sessions, routes, options)

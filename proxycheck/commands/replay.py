@@ -76,10 +76,26 @@ def add_replay_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--on-fail", choices=ON_FAIL, default="continue", help="after a failed turn: go on, or end the session"
     )
+    add_watchdog_flags(p)
+
+
+def add_watchdog_flags(p: argparse.ArgumentParser) -> None:
+    """The watchdog overrides every command that sends a recording's requests takes (`watchdogs_of`)."""
     p.add_argument("--connect-timeout", type=positive_seconds, metavar="S", help="connect watchdog (s)")
     p.add_argument("--header-timeout", type=positive_seconds, metavar="S", help="response headers watchdog (s)")
     p.add_argument("--stall-timeout", type=positive_seconds, metavar="S", help="no-content-progress watchdog (s)")
     p.add_argument("--total-timeout", type=positive_seconds, metavar="S", help="whole-exchange watchdog (s)")
+
+
+def watchdogs_of(args: argparse.Namespace, sessions: list[Any]) -> Any:
+    """The watchdogs derived from the sessions, with the overrides of `add_watchdog_flags`."""
+    from proxycheck.core.replayplan import derive_watchdogs
+
+    try:
+        return derive_watchdogs(sessions).with_overrides(connect=args.connect_timeout, headers=args.header_timeout,
+                                                         stall=args.stall_timeout, total=args.total_timeout)  # fmt: skip
+    except ValueError as exc:
+        raise BadInput("watchdogs", str(exc)) from None
 
 
 @reports_bad_input
@@ -108,20 +124,10 @@ def check_tls(routes: list[Any]) -> None:
 
 def replay_options(args: argparse.Namespace, sessions: list[Any], **kw: Any) -> Any:
     """ReplayOptions from the flags of `add_replay_flags`, watchdogs derived from the sessions."""
-    from proxycheck.core.replayplan import derive_watchdogs
     from proxycheck.io.replayer import ReplayOptions
 
-    try:
-        watchdogs = derive_watchdogs(sessions).with_overrides(
-            connect=args.connect_timeout,
-            headers=args.header_timeout,
-            stall=args.stall_timeout,
-            total=args.total_timeout,
-        )
-    except ValueError as exc:
-        raise BadInput("watchdogs", str(exc)) from None
     options = ReplayOptions(
-        watchdogs=watchdogs, concurrency=args.concurrency, pace=args.pace, mode=args.mode, client=args.client,
+        watchdogs=watchdogs_of(args, sessions), concurrency=args.concurrency, pace=args.pace, mode=args.mode, client=args.client,
         on_fail=args.on_fail, **kw,
     )  # fmt: skip
     if options.client == "aiohttp":

@@ -112,15 +112,15 @@ async def minimize(
     *,
     budget: Budget,
     progress: Callable[[str], None] | None = None,
-    stall_timeout: float | None = None,
-    header_timeout: float | None = None,
+    watchdogs: Any = None,
     any_failure: bool = False,
     culprit: dict[str, Any] | None = None,
 ) -> MinimizeResult:
     """Minimize the recording at `recording_dir` against `route_name` of `chain` into `out`.
-    `culprit`: how the route was found, when the command looked for it (kept in the summary)."""
+    `culprit`: how the route was found, when the command looked for it (kept in the summary);
+    `watchdogs`: the replays' (default: derived from the recording)."""
     m = _Minimizer(recording_dir, chain, route_name, budget, progress or (lambda _: None),
-                   stall_timeout=stall_timeout, header_timeout=header_timeout, any_failure=any_failure)  # fmt: skip
+                   watchdogs=watchdogs, any_failure=any_failure)  # fmt: skip
     m.culprit = culprit
     try:
         return await m.run(out)
@@ -130,8 +130,7 @@ async def minimize(
 
 class _Minimizer:
     def __init__(self, recording_dir: str, chain: Any, route_name: str, budget: Budget,
-                 progress: Callable[[str], None], *, stall_timeout: float | None, header_timeout: float | None,
-                 any_failure: bool) -> None:  # fmt: skip
+                 progress: Callable[[str], None], *, watchdogs: Any, any_failure: bool) -> None:  # fmt: skip
         from proxycheck.commands.replay import load_sessions
         from proxycheck.io.storage import load
 
@@ -140,7 +139,11 @@ class _Minimizer:
         self.direct = chain.route("direct")
         self.recording = load(recording_dir)
         self.original = load_sessions(recording_dir)
-        self.options = minimize_options(self.original, stall_timeout=stall_timeout, header_timeout=header_timeout)
+        if watchdogs is None:
+            from proxycheck.core.replayplan import derive_watchdogs
+
+            watchdogs = derive_watchdogs(self.original)
+        self.options = minimize_options(watchdogs)
         self.budget = budget
         self.say = progress
         # Over the direct route (an engine failure) there is no clean reference to check against.
@@ -469,17 +472,10 @@ def _smallest(body: bytes) -> bytes | None:
     return None
 
 
-def minimize_options(sessions: Sequence[Any], *, stall_timeout: float | None = None,
-                     header_timeout: float | None = None) -> Any:  # fmt: skip
-    """How minimize replays: at the recorded pace, exact bodies, every turn even after a failure,
-    watchdogs derived from the recording (with the user's overrides)."""
-    from proxycheck.core.replayplan import derive_watchdogs
+def minimize_options(watchdogs: Any) -> Any:
+    """How minimize replays: at the recorded pace, exact bodies, every turn even after a failure."""
     from proxycheck.io.replayer import ReplayOptions
 
-    try:
-        watchdogs = derive_watchdogs(sessions).with_overrides(headers=header_timeout, stall=stall_timeout)
-    except ValueError as exc:
-        raise BadInput("watchdogs", str(exc)) from None
     return ReplayOptions(watchdogs=watchdogs, pace="recorded", mode="exact", on_fail="continue")
 
 
