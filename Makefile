@@ -20,8 +20,18 @@ apt_install = $(APT_GET) install $(1) >/dev/null 2>&1 || { $(APT_GET) update && 
 demo: $(STAMP)
 	$(BIN)/proxycheck demo --out $(or $(OUT),proxycheck-demo)
 
-test: $(STAMP) test-packages
+test: $(STAMP) test-packages $(TOOL_VENVS)
 	$(BIN)/python -m pytest
+
+# Real clients and gateways whose pins conflict with mitmproxy's (h11 >= 0.16) get a venv of their
+# own, built from tests/tools/NAME.txt into .venv-NAME; the tests run them as separate processes.
+TOOL_VENVS = .venv-sdk/.installed .venv-litellm/.installed
+.venv-%/.installed: tests/tools/%.txt
+	rm -rf .venv-$*
+	$(PYTHON) -m venv .venv-$*   # python3-venv is there: the main venv (made first) needed it
+	.venv-$*/bin/python -m pip install -q --upgrade pip
+	.venv-$*/bin/python -m pip install -q -r $<
+	touch $@
 
 # Debian packages the tests run for real: Chromium and chromedriver (the HTML report, tests/report),
 # nginx, HAProxy and Squid (the proxy matrix, tests/integration). What is missing is installed when
@@ -59,4 +69,4 @@ venv-with-apt:
 	$(PYTHON) -m venv $(VENV)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .venv-* .pytest_cache .hypothesis build *.egg-info

@@ -4,6 +4,7 @@ machine is shared and slow), and paths to fixtures."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from hypothesis import settings
@@ -13,3 +14,6 @@ settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+# The real-client helpers (tests/clients/sdk.py) serve the proxy matrix too.
+sys.path.insert(0, str(Path(__file__).parent / "clients"))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +36,7 @@ from ctrl_c import interrupt_when, lines_in
 from proxycheck import cli
 from proxycheck.io.agent import AgentOptions, run_agent
 from proxycheck.io.procs import Managed, start_engine, start_mitmdump
-from proxycheck.io.runstore import load_run
+from proxycheck.io.runstore import RunWriter, load_run
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = str(REPO / "addons" / "record.py")
@@ -300,11 +301,84 @@ def test_ctrl_c_keeps_what_was_observed_as_a_loadable_run(chains: Chains, tmp_pa
     out = tmp_path / "run"
     # Both direct replays (12 exchanges) and the first of via:F2 are in: it is waiting on a stall.
     status, err = interrupt_when(["check", str(chains.recording), "--chain", str(chain), "--pace", "fast",
-                                  "--stall-timeout", "30", "--out", str(out)],
+                                  "--stall-timeout", "30", "--out", str(out), "--json", str(tmp_path / "v.json")],
                                  lines_in(out / "observations.jsonl", 13))  # fmt: skip
     assert status == 130, err
     assert "Traceback" not in err and "interrupted; " in err and "observation(s) kept in" in err, err
     run = load_run(out)
     assert run.status == "interrupted" and len(run.observations) >= 13
     assert {o.route for o in run.observations} == {"direct", "via:F2"}
-    assert cli.main(["diff", str(out)]) in (0, 1)  # an interrupted run is still one diff can read
+    # Its clean first turns through F2 are in the run: judged, they would make it look healthy.
+    cut = [o for o in run.observations if o.route == "via:F2"]
+    assert cut and all(o.outcome.value == "ok" for o in cut)
+    for doc in (verdict_of(tmp_path / "v.json"), verdict_of(out / "verdict.json")):
+        assert_incomplete_in_f2(doc, len(cut))
+    # diff of the run says the same, exit 1.
+    assert cli.main(["diff", str(out), "--json", str(tmp_path / "d.json")]) == 1
+    assert_incomplete_in_f2(verdict_of(tmp_path / "d.json"), len(cut))
+
+
+def assert_incomplete_in_f2(doc: dict, observed: int) -> None:
+    assert doc["verdict"] == "incomplete" and doc["culprit"] is None, doc["summary"]
+    assert doc["missing_routes"] == ["via:F2"] and doc["run_status"] == "interrupted"
+    (missing,) = doc["missing"]
+    assert missing["state"] == "cut_short" and missing["observed"] == observed and missing["planned"] == 6
+    assert [r["route"] for r in doc["routes"]] == ["direct"] and doc["routes"][0]["exchanges"] == 12
+    assert "via:F2 cut short" in doc["summary"] and "so far" in doc["summary"]
+
+
+def test_a_run_cut_by_hand_is_incomplete(chains: Chains, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A whole check run, then what kill -9 leaves of one: the last route's lines gone and run.json
+    # still "running"; or the last route cut in the middle, run.json saying it finished.
+    chain = chains.chain(tmp_path, "F2")
+    whole = tmp_path / "whole"
+    assert check(tmp_path, str(chains.recording), "--chain", str(chain), *FAST, "--out", str(whole)) == 1
+    assert cli.main(["diff", str(whole), "--json", str(tmp_path / "whole.json")]) == 1
+    assert verdict_of(tmp_path / "whole.json")["culprit"] == "F2"
+    lines = (whole / "observations.jsonl").read_text().splitlines(keepends=True)
+    direct = [line for line in lines if '"route":"direct"' in line]
+    f2 = [line for line in lines if '"route":"via:F2"' in line]
+    assert len(direct) == 12 and len(f2) >= 6
+
+    def cut_run(name: str, kept: list[str], status: str) -> Path:
+        run = tmp_path / name
+        shutil.copytree(whole, run)
+        (run / "observations.jsonl").write_text("".join(kept))
+        meta = json.loads((run / "run.json").read_text())
+        (run / "run.json").write_text(json.dumps({**meta, "status": status, "ended_at": None}))
+        return run
+
+    killed = cut_run("killed", direct, "running")
+    capsys.readouterr()
+    assert cli.main(["diff", str(killed), "--json", str(tmp_path / "k.json")]) == 1
+    doc = verdict_of(tmp_path / "k.json")
+    assert doc["verdict"] == "incomplete" and doc["missing_routes"] == ["via:F2"], doc["summary"]
+    assert doc["missing"][0]["state"] == "not_replayed" and doc["run_status"] == "running"
+    shown = capsys.readouterr().out
+    assert "incomplete" in shown and "via:F2: not replayed" in shown and "so far" in shown
+
+    truncated = cut_run("truncated", direct + f2[:2], "completed")
+    junit = tmp_path / "t.xml"
+    assert cli.main(["diff", str(truncated), "--json", str(tmp_path / "t.json"), "--junit", str(junit)]) == 1
+    doc = verdict_of(tmp_path / "t.json")
+    assert doc["verdict"] == "incomplete" and doc["missing_routes"] == ["via:F2"], doc["summary"]
+    assert doc["missing"][0]["state"] == "cut_short" and doc["missing"][0]["observed"] == 2
+    errors = [c for c in ET.parse(junit).getroot().iter("testcase") if c.find("error") is not None]
+    assert [(c.get("classname"), c.get("name")) for c in errors] == [("proxycheck.via:F2", "(cut short)")]
+
+
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        ({"command": "check", "strategy": "zigzag"}, "options.strategy"),
+        ({"command": "check", "repeat": 0}, "options.repeat"),
+        ({"command": "check", "fail_on": ["sluggish"]}, "options.fail_on"),
+        ({"command": "check", "turns": {"s1": "three"}}, "options.turns"),
+    ],
+)
+def test_a_damaged_run_json_is_one_line_for_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 options: dict, says: str) -> None:  # fmt: skip
+    RunWriter(tmp_path / "run", chain={"hops": []}, routes=["direct"], options=options).close("interrupted")
+    assert cli.main(["diff", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"proxycheck: {tmp_path / 'run' / 'run.json'}: ") and says in err[0]

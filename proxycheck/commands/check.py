@@ -4,7 +4,9 @@ This module owns the command: it replays the recording over the chain's ladder a
 (`proxycheck.core.localize`) asks, route by route and repetition by repetition, into one run
 directory, and hands the verdict to the reports (`proxycheck.commands.verdicts`). Exit 0 when
 the chain is healthy (or the recorded failures do not reproduce), 1 when a fault was found, 2 on
-bad input; Ctrl-C keeps what was observed as a loadable run.
+bad input; Ctrl-C keeps what was observed as a loadable run, reports its verdict `incomplete`
+(`proxycheck.core.runverdict`: the routes missing, what the finished ones show so far) and exits
+130.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from proxycheck.commands.replay import (
 from proxycheck.commands.verdicts import add_report_flags, emit
 
 DEFAULT_MAX_REPEAT = 10
+EXIT_INTERRUPTED = 130  # as a shell reports a command SIGINT ended
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -39,7 +42,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="find the hop (or the server) that breaks the recorded sessions",
         description="Replay a recording straight to the engine (twice: the noise floor) and through "
         "each hop of the chain, compare every route with the direct one, and name the hop whose entry "
-        "turns a clean route into a failing one, or the server. Exit 0 healthy, 1 fault found, 2 bad input.",
+        "turns a clean route into a failing one, or the server. Exit 0 healthy, 1 fault found, 2 bad input; "
+        "Ctrl-C reports the verdict incomplete (the routes missing) and exits 130.",
     )
     p.add_argument("directory", metavar="DIR", help="a recording directory")
     p.add_argument("--chain", required=True, metavar="F", help="the chain file (TOML)")
@@ -73,19 +77,26 @@ def run(args: argparse.Namespace) -> int:
     routes = {name: chain.route(name) for name in ladder}
     check_tls(list(routes.values()))
     sessions = load_sessions(args.directory)
-    options = replay_options(args, sessions)
+    options = replay_options(args, sessions, chain=chain)
     out = args.out or tempfile.mkdtemp(prefix="proxycheck-check-")
     localizer = make_localizer(sessions, routes, options, strategy=args.strategy, repeat=args.repeat,
                                max_repeat=args.max_repeat, fail_on=args.fail_on, run=out)  # fmt: skip
-    writer = RunWriter(out, chain=chain_doc(chain), routes=ladder, options=_options_doc(args, options))
+    writer = RunWriter(out, chain=chain_doc(chain), routes=ladder, options=_options_doc(args, options, sessions),
+                       sessions=[s.name.to_json() for s in sessions])  # fmt: skip
+    written: list[Any] = []  # every observation, in the order the run directory holds them
+
+    def keep(obs: Any) -> None:
+        writer.add(obs)
+        written.append(obs)
+
     progress = Progress(sys.stderr)
     try:
-        verdict = asyncio.run(drive(localizer, sessions, routes, options, writer.run_id, writer.add, progress))
+        verdict = asyncio.run(drive(localizer, sessions, routes, options, writer.run_id, keep, progress))
     except (KeyboardInterrupt, asyncio.CancelledError):
         progress.stop()
         writer.close("interrupted")
         print(f"proxycheck: interrupted; {writer.count} observation(s) kept in {out}", file=sys.stderr)
-        return 130
+        return _interrupted(args, sessions, routes, options, written, out)
     except BaseException:
         progress.stop()
         writer.close("failed")
@@ -94,7 +105,38 @@ def run(args: argparse.Namespace) -> int:
     writer.close("completed")
     print(f"proxycheck: run {writer.run_id}: {writer.count} observation(s) in {out}", file=sys.stderr)
     judged = {name: localizer.judged(name) for name in ladder if localizer.replayed(name)}
+    verdict = replace(verdict, sessions=tuple(s.name for s in sessions))
     return emit(verdict, judged, args, keep_in=out)
+
+
+def _interrupted(args: argparse.Namespace, sessions: list[Any], routes: dict[str, Any], options: Any,
+                 written: list[Any], out: str) -> int:  # fmt: skip
+    """After Ctrl-C: the `incomplete` verdict of what the run holds, the same `diff` of the run
+    gives (the routes missing, what the finished ones show so far), reported as any verdict is;
+    the exit status stays an interrupt's."""
+    from proxycheck.core.runverdict import RunPlan, run_verdict
+
+    localizer = make_localizer(sessions, routes, options, strategy=args.strategy, repeat=args.repeat,
+                               max_repeat=args.max_repeat, fail_on=args.fail_on, run=out)  # fmt: skip
+    plan = RunPlan(routes=tuple(routes), status="interrupted", driven=True, turns=turns_per_session(sessions),
+                   stop_session=options.on_fail == "stop-session")  # fmt: skip
+    verdict = replace(run_verdict(localizer, written, plan), sessions=tuple(s.name for s in sessions))
+    judged = {name: localizer.judged(name) for name in routes if localizer.replayed(name)}
+    try:
+        emit(verdict, judged, args, keep_in=out)
+    except KeyboardInterrupt:  # a second Ctrl-C while reporting: stop there
+        pass
+    return EXIT_INTERRUPTED
+
+
+def turns_per_session(sessions: list[Any]) -> dict[str, int]:
+    """The exchanges of one repetition, by session: what tells a whole repetition of a route from
+    one the run stopped in (kept in run.json for `diff`)."""
+    turns: dict[str, int] = {}
+    for s in sessions:
+        for t in s.turns:  # observations name a turn's session
+            turns[t.session] = turns.get(t.session, 0) + 1
+    return turns
 
 
 def make_localizer(sessions: list[Any], routes: dict[str, Any], options: Any, *, strategy: str = "ladder",
@@ -109,7 +151,7 @@ def make_localizer(sessions: list[Any], routes: dict[str, Any], options: Any, *,
     return Localizer(
         list(routes), {name: r.hops for name, r in routes.items()}, strategy=strategy, repeat=repeat,
         max_repeat=max_repeat, fail_on=fail_on, recorded_failures=recorded,
-        differences=differences(sessions, options, recorded), run=run,
+        differences=differences(sessions, options, recorded), run=run, greedy=options.greedy,
     )  # fmt: skip
 
 
@@ -143,7 +185,7 @@ def _tee(sink: Callable[[Any], None], got: list[Any]) -> Callable[[Any], None]:
     return both
 
 
-def _options_doc(args: argparse.Namespace, options: Any) -> dict[str, Any]:
+def _options_doc(args: argparse.Namespace, options: Any, sessions: list[Any]) -> dict[str, Any]:
     wd = options.watchdogs
     return {
         "recording": str(args.directory),
@@ -157,7 +199,9 @@ def _options_doc(args: argparse.Namespace, options: Any) -> dict[str, Any]:
         "mode": options.mode,
         "client": options.client,
         "on_fail": options.on_fail,
+        "greedy": options.greedy,
         "watchdogs": {"connect": wd.connect, "headers": wd.headers, "stall": wd.stall, "total": wd.total},
+        "turns": turns_per_session(sessions),
     }
 
 
@@ -166,11 +210,16 @@ def differences(sessions: list[Any], options: Any, recorded: list[Any]) -> list[
     reproduce (a verdict of not-reproduced): those are the conditions worth replaying again."""
     if not recorded:
         return []
-    shown = "; ".join(f"{f.session} turn {f.turn}: {f.outcome}" + (f" ({f.detail})" if f.detail else "")
-                      for f in recorded[:3])  # fmt: skip
+    from proxycheck.core.sessions import attempt_text
+
+    # The recorded failures as `proxycheck sessions` names them: by label, retries as attempts.
+    failed = [(s.name.label, t) for s in sessions for t in s.turns if t.recorded.outcome.is_failure]
+    shown = "; ".join(f"{label} {attempt_text(t.turn, t.attempt, t.attempts)}: {t.recorded.outcome.value}"
+                      + (f" ({t.recorded.detail})" if t.recorded.detail else "") for label, t in failed[:3])  # fmt: skip
     more = f" and {len(recorded) - 3} more" if len(recorded) > 3 else ""
     out = [f"recorded failures: {shown}{more}"]
-    turns = {(t.session, t.turn): t for s in sessions for t in s.turns}
+    # A retried turn's think time is its first attempt's (later attempts wait their backoff).
+    turns = {(t.session, t.turn): t for s in sessions for t in reversed(s.turns)}
     thinks = [turns[(f.session, f.turn)].think_time for f in recorded if (f.session, f.turn) in turns]
     thinks = [t for t in thinks if t]
     if options.pace != "recorded":
@@ -196,7 +245,7 @@ def _recorded_overlap(sessions: list[Any]) -> int:
     """The most sessions the recording had in progress at one time."""
     spans = []
     for s in sessions:
-        end = s.start + sum((t.think_time or 0.0) + (t.recorded.duration or 0.0) for t in s.turns)
+        end = s.start + sum((t.think_time or t.backoff or 0.0) + (t.recorded.duration or 0.0) for t in s.turns)
         spans += [(s.start, 1), (end, -1)]
     best = now = 0
     for _, step in sorted(spans):

@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import re
 import sys
 from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
 from proxycheck.core.errors import BadInput, ProxycheckError
+from proxycheck.core.httpsyntax import HEADER_NAME
 
 EXIT_OK, EXIT_FAULT, EXIT_BAD_INPUT = 0, 1, 2
 MAX_WARNINGS = 10
@@ -27,7 +27,6 @@ def print_warnings(warnings: Sequence[str]) -> None:
 
 # Argument types --------------------------------------------------------------------------------
 
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
 
 
 def _bounded(kind: Callable[[str], float], what: str, ok: Callable[[float], bool]) -> Callable[[str], float]:
@@ -68,7 +67,7 @@ def http_url(text: str) -> str:
 
 
 def header_name(text: str) -> str:
-    if not _HEADER_NAME.match(text):
+    if not HEADER_NAME.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a valid header name")
     return text
 

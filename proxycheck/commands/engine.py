@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import sys
 from typing import TYPE_CHECKING
 
 from proxycheck.commands.common import EXIT_OK, non_negative_number, parse_listen, print_warnings, probability
@@ -34,6 +36,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="probability that a turn offering tools answers with a tool call")
     p.add_argument("--jitter", type=probability, default=0.0, metavar="F",
                    help="scale each answer's TTFT and token interval by a random factor in 1 +- F (default 0)")
+    p.add_argument("--sampling", action="store_true",
+                   help="answer a request with temperature above 0 (or none: the default is 1) and no seed "
+                   "differently each time, as a sampling engine does (words, tool calls, finish reason)")
     p.add_argument("--model", default="proxycheck-reference", help="model name for /v1/models")
     p.add_argument("--seed", type=int, default=0, help="changes every answer (default 0)")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
@@ -68,8 +73,14 @@ def run(args: argparse.Namespace) -> int:
 
     host, port = parse_listen(args.listen)
     faults = tuple(parse_fault(f) for f in args.fault)
+    if args.access_log:  # aiohttp logs each request at INFO, which nothing prints unless told to
+        access = logging.getLogger("aiohttp.access")
+        access.setLevel(logging.INFO)
+        access.addHandler(logging.StreamHandler(sys.stdout))
     if args.replay_speed is not None and args.replay is None:
         raise BadInput("--replay-speed", "only applies with --replay DIR")
+    if args.sampling and args.replay is not None:
+        raise BadInput("--sampling", "does not apply with --replay DIR (recorded answers are replayed as they are)")
     # Loaded before the server starts, so a bad recording is one line and exit 2, not a 500 later.
     replay = load_replay(args.replay) if args.replay is not None else None
     if replay is not None:
@@ -85,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         replay=replay,
         replay_speed=1.0 if args.replay_speed is None else args.replay_speed,
         jitter=args.jitter,
+        sampling=args.sampling,
     )
     try:
         asyncio.run(serve(config, host, port, ready=announce))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from proxycheck.commands.common import EXIT_FAULT, EXIT_OK, positive_int, positive_seconds, reports_bad_input
-from proxycheck.commands.replay import add_watchdog_flags
+from proxycheck.commands.replay import add_greedy_flag, add_watchdog_flags
 from proxycheck.core.errors import BadInput
 
 DEFAULT_BUDGET = 200
@@ -46,6 +46,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--budget", type=positive_int, default=DEFAULT_BUDGET, metavar="N",
                    help=f"replays allowed in all (default {DEFAULT_BUDGET})")  # fmt: skip
     p.add_argument("--time", type=positive_seconds, metavar="S", help="seconds allowed in all")
+    add_greedy_flag(p)
     add_watchdog_flags(p)
     p.set_defaults(run=run)
 
@@ -75,13 +76,13 @@ def run(args: argparse.Namespace) -> int:
     route, culprit = args.route, None
     try:
         if route is None:
-            route, culprit = asyncio.run(find_route(sessions, chain, watchdogs, budget, progress))
+            route, culprit = asyncio.run(find_route(sessions, chain, watchdogs, budget, progress, args.greedy))
             if route is None:
                 print(f"proxycheck: {args.directory}: nothing to minimize: {culprit['says']}", file=sys.stderr)
                 return EXIT_FAULT
         result = asyncio.run(minimize(
             args.directory, chain, route, args.out, budget=budget, progress=progress, culprit=culprit,
-            watchdogs=watchdogs, any_failure=args.any_failure,
+            watchdogs=watchdogs, any_failure=args.any_failure, greedy=args.greedy,
         ))  # fmt: skip
     except NotReproduced as exc:
         print(f"proxycheck: {exc}", file=sys.stderr)
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def find_route(sessions: list[Any], chain: Any, watchdogs: Any, budget: Any,
-                     progress: Callable[[str], None]) -> tuple[str | None, dict[str, Any]]:  # fmt: skip
+                     progress: Callable[[str], None], greedy: bool = False) -> tuple[str | None, dict[str, Any]]:  # fmt: skip
     """The route to minimize over, found as `check` finds the culprit (replays the ladder at the
     pace minimize replays at): via the culprit hop, or direct for the engine; None when no route
     fails. The replays count against the budget."""
@@ -101,7 +102,7 @@ async def find_route(sessions: list[Any], chain: Any, watchdogs: Any, budget: An
     from proxycheck.core.verdict import ENGINE, PROXY, SERVER
     from proxycheck.io.minimizer import minimize_options
 
-    options = minimize_options(watchdogs)
+    options = minimize_options(watchdogs, chain, greedy=greedy)
     routes = {name: chain.route(name) for name in chain.ladder()}
     progress(f"no --route: looking for the failing route first, as check does ({len(routes)} routes)")
     localizer = make_localizer(sessions, routes, options)

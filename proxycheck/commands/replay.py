@@ -76,7 +76,17 @@ def add_replay_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--on-fail", choices=ON_FAIL, default="continue", help="after a failed turn: go on, or end the session"
     )
+    add_greedy_flag(p)
     add_watchdog_flags(p)
+
+
+def add_greedy_flag(p: argparse.ArgumentParser) -> None:
+    """`--greedy`: shared by `replay`, `check` (through `add_replay_flags`) and `minimize`."""
+    p.add_argument(
+        "--greedy", action="store_true",
+        help="send every request with temperature 0 and a fixed seed (on every route alike), so a sampling "
+        "engine answers each the same way and content is compared exchange by exchange",
+    )  # fmt: skip
 
 
 def add_watchdog_flags(p: argparse.ArgumentParser) -> None:
@@ -106,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     routes = chain.routes(list(dict.fromkeys(args.route)) if args.route else None)
     check_tls(routes)
     sessions = load_sessions(args.directory)
-    options = replay_options(args, sessions, repeat=args.repeat, max_requests=args.max_requests)
+    options = replay_options(args, sessions, repeat=args.repeat, max_requests=args.max_requests, chain=chain)
     if args.dry_run:
         _dry_run(sessions, routes, options)
         return EXIT_OK
@@ -128,7 +138,7 @@ def replay_options(args: argparse.Namespace, sessions: list[Any], **kw: Any) -> 
 
     options = ReplayOptions(
         watchdogs=watchdogs_of(args, sessions), concurrency=args.concurrency, pace=args.pace, mode=args.mode, client=args.client,
-        on_fail=args.on_fail, **kw,
+        on_fail=args.on_fail, greedy=args.greedy, **kw,
     )  # fmt: skip
     if options.client == "aiohttp":
         h2 = sum(1 for s in sessions for t in s.turns if (t.http_version or "").upper().startswith("HTTP/2"))
@@ -151,14 +161,19 @@ def check_out(out: str | None) -> None:
 
 
 def load_chain(path: str) -> Any:
+    """The chain file at `path`, validated whole (`parse_chain`) before a command sends anything:
+    a mistake in it is one BadInput naming the file and line (exit 2)."""
     from proxycheck.core.chain import parse_chain
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise BadInput(path, f"cannot read the chain file: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise BadInput(path, "the chain file is not UTF-8 text") from None
+    try:
+        text = data.decode("utf-8-sig")  # the byte order mark some editors write is no mistake
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise BadInput(f"{path}:{line}", "the chain file is not UTF-8 text") from None
     return parse_chain(text, os.environ, path)
 
 
@@ -188,20 +203,28 @@ def load_sessions(directory: str) -> list[Any]:
 
 def _dry_run(sessions: list[Any], routes: list[Any], options: Any) -> None:
     from proxycheck.core.replayplan import think_delay
+    from proxycheck.core.sessions import attempt_text
     from proxycheck.io.replayer import request_headers
 
     out = sys.stdout
+    if options.greedy:  # the bodies as they would be sent
+        from proxycheck.core.greedy import greedy_sessions
+
+        sessions = greedy_sessions(sessions)
+    greedy = ", greedy" if options.greedy else ""
     for route in routes:
         proxy = f" via proxy {route.proxy}" if route.proxy else ""
-        print(f"route {route.name}{proxy} (x{options.repeat}, {options.mode}, {options.client})", file=out)
+        print(f"route {route.name}{proxy} (x{options.repeat}, {options.mode}, {options.client}{greedy})", file=out)
         for session in sessions:
             for turn in session.turns:
                 names = ", ".join(request_headers(turn, route, "RUN_ID"))
                 think = think_delay(turn, options.pace)
                 conn = "new connection" if turn.new_connection else "reused connection"
                 print(
-                    f"  {session.id} turn {turn.turn}: {turn.method} {route.url_for(turn.url)} "
-                    f"body {len(turn.body)} B, think {think:.3f} s, {conn}; headers: {names}",
+                    f"  {session.name.label} {attempt_text(turn.turn, turn.attempt, turn.attempts)}: "
+                    f"{turn.method} {route.url_for(turn.url)} "
+                    f"body {len(turn.body)} B, {'backoff' if turn.attempt > 1 else 'think'} {think:.3f} s, {conn}; "
+                    f"headers: {names}",
                     file=out,
                 )
 
@@ -232,6 +255,7 @@ def _options_doc(args: argparse.Namespace, options: Any) -> dict[str, Any]:
         "mode": options.mode,
         "client": options.client,
         "on_fail": options.on_fail,
+        "greedy": options.greedy,
         "max_requests": options.max_requests,
         "watchdogs": {"connect": wd.connect, "headers": wd.headers, "stall": wd.stall, "total": wd.total},
     }
@@ -242,7 +266,8 @@ def _replay(args: argparse.Namespace, chain: Any, routes: list[Any], sessions: l
     from proxycheck.io.runstore import RunWriter
 
     writer = RunWriter(
-        args.out, chain=chain_doc(chain), routes=[r.name for r in routes], options=_options_doc(args, options)
+        args.out, chain=chain_doc(chain), routes=[r.name for r in routes], options=_options_doc(args, options),
+        sessions=[s.name.to_json() for s in sessions],
     )
     outcomes: Counter[str] = Counter()
 

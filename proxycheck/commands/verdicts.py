@@ -2,7 +2,7 @@
 
 A verdict goes to the terminal (rich, on stdout), to `RUN/verdict.json` for a run `check` made
 (the run keeps its own conclusion), and to `--json`, `--junit` and `--html` when asked. The exit status follows
-the contract: 0 healthy (or not reproduced), 1 a fault was found.
+the contract: 0 healthy (or not reproduced), 1 a fault was found, or the run is incomplete.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def fail_on(text: str) -> frozenset[Outcome]:
 def add_report_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--fail-on", type=fail_on, default=frozenset(), metavar="buffered,slow",
-        help="count these degradations as failures (default: reported, not blamed)",
+        help="count these degradations as failures (default: reported, not blamed; for diff, as the run's check did)",
     )  # fmt: skip
     p.add_argument("--json", metavar="F", help="write the verdict as JSON (schema proxycheck.verdict/1)")
     p.add_argument("--junit", metavar="F", help="write JUnit XML: a testcase per route and session")
@@ -63,7 +63,7 @@ def emit(
         from proxycheck.report.html import html_report
 
         _write(Path(args.html), html_report(verdict))
-    return EXIT_FAULT if verdict.fault_found else EXIT_OK
+    return EXIT_FAULT if verdict.fails else EXIT_OK
 
 
 def _write(path: Path, text: str) -> None:

@@ -34,6 +34,11 @@ class ResponseAnalysis:
     last_content: float | None = None
     incomplete_tail: bool = False
     content_times: tuple[float, ...] = ()
+    # When the answer was known to be complete: the dialect's terminal marker, and the first
+    # finish reason (or the marker, whichever came first). What follows them decides whether an
+    # early close is a client done reading or a stream held open (`proxycheck.core.outcomes`).
+    terminal_at: float | None = None
+    finish_at: float | None = None
 
 
 class StreamTracker:
@@ -57,6 +62,8 @@ class StreamTracker:
         self._first_event: float | None = None
         self._content_times: list[float] = []
         self._incomplete = False
+        self._terminal_at: float | None = None
+        self._finish_at: float | None = None
         self.log: list[Event] | None = [] if log else None
 
     def feed(self, chunk: bytes, time: float) -> bool:
@@ -99,6 +106,10 @@ class StreamTracker:
                         progress = True
                     elif kind is _TERMINAL or kind is _ERROR:
                         progress = True
+                        if kind is _TERMINAL and self._terminal_at is None:
+                            self._terminal_at = time
+                    if self._finish_at is None and acc.finish_seen:
+                        self._finish_at = time
             if log is not None:
                 log.append(Event(time, item.end - item.start, kind._value_))  # _value_: no enum property lookup
         return progress
@@ -119,6 +130,8 @@ class StreamTracker:
             last_content=times[-1] if times else None,
             incomplete_tail=self._incomplete,
             content_times=tuple(times),
+            terminal_at=self._terminal_at,
+            finish_at=self._finish_at,
         )
 
 
@@ -150,6 +163,8 @@ def analyze_body(dialect: str | None, body: bytes, time: float | None) -> Respon
         first_content=time if content else None,
         last_content=time if content else None,
         content_times=(time,) if content and time is not None else (),
+        terminal_at=time if result is not None and result.terminal else None,
+        finish_at=time if result is not None and result.terminal else None,
     )
 
 

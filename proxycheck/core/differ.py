@@ -13,18 +13,44 @@ An exchange is keyed by (session, turn, xid); the reference for an observation i
 on the reference route, in the same repetition when that one is OK (the closest conditions:
 same think times, same server warmth), else in any repetition where it was OK.
 
+Content is evidence against a route only beyond what the reference shows against itself:
+
+* a deterministic engine (the floor saw the same text and tool calls in every reference
+  repetition of every exchange): judged exchange by exchange; any other text or tool call is a
+  `content_mismatch` of that exchange;
+* a sampling engine (the reference repetitions differ): one exchange that differs proves
+  nothing, so content is judged as a rate. An exchange differs in structure when the tool calls
+  (whether there are any, their names, whether their arguments are valid JSON), the finish
+  reason or the length class (one answer more than twice as long as the other) differ; the
+  fraction of a route's exchanges that differ from the reference is compared with the fraction
+  of the same exchanges that differ between reference repetitions, by a one-sided Fisher's
+  exact test (p < CONTENT_ALPHA, shared among the routes judged against one floor: Bonferroni).
+  A route that fails the test has each exchange that differs judged `content_mismatch`, its
+  detail stating the test ("content differs from direct on 14/20 exchanges of via:edge, on 3/20
+  between direct's own repetitions: one-sided Fisher's exact test p=0.00053 < 0.01"); a route
+  that passes has none. Either way each counted exchange keeps what differs in
+  `Judged.differs` (`content_rate`), so the localizer can weigh a route against the hop route
+  inward of it by the same rates. Under sampling, which exchanges differ is partly chance, so
+  the first of them is no proof of the turn a change began at: replaying with `--greedy` makes
+  the engine deterministic and the judgement per exchange again;
+* no reference repetitions (one replay of direct): whether the engine samples is unknown, so
+  content is not compared at all (a verdict then suggests replaying direct twice).
+
+A route's real failures (a stall, a 413, a reset) are never touched by this: they are their
+own outcomes at their own turns, and only its OK exchanges enter the content rate.
+
 Pure: values in, values out; no clocks, no I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Iterable, Sequence
 
 from proxycheck.core.observation import Observation, ResultSummary, ToolCallSummary
 from proxycheck.core.outcomes import Outcome
-from proxycheck.core.stats import percentile
+from proxycheck.core.stats import fisher_greater, percentile
 from proxycheck.core.verdict import Judged, NoiseFloor
 
 ExchangeKey = tuple[str, int, int | None]  # (session, turn, xid)
@@ -59,10 +85,15 @@ SLOW_ABSOLUTE = 0.05
 # pause), and blaming a hop for it is a false alarm.
 SYSTEMATIC_SHARE = 0.5
 
-# Non-deterministic content: completion tokens may differ by twice the floor's spread plus two
-# (an end-of-text token counted or not, on either side) before it counts as a different answer.
-TOKENS_FLOOR_FACTOR = 2
-TOKENS_SLACK = 2
+# Content under sampling: a route's rate of exchanges that differ in structure from the
+# reference counts against it when a one-sided Fisher's exact test against the reference's own
+# rate gives p below this. Answers are in another length class when one is more than
+# LENGTH_CLASS_RATIO times the other and more than LENGTH_SLACK tokens apart (an end-of-text
+# token counted or not, on either side). The rule is fixed, not taken from the floor: the same
+# rule must judge direct against itself and a route against direct for the rates to compare.
+CONTENT_ALPHA = 0.01
+LENGTH_CLASS_RATIO = 2.0
+LENGTH_SLACK = 2
 
 
 def exchange_key(obs: Observation) -> ExchangeKey:
@@ -103,8 +134,10 @@ def noise_floor(reference: Sequence[Observation], route: str = "direct") -> Nois
 
     `reference` may hold any observations; those of `route` with outcome OK count. Exchanges are
     matched by (session, turn, xid) across repetitions; `pairs` counts the exchanges seen OK in
-    two or more repetitions. With no pairs the floor is zero and not deterministic, so content
-    is then compared structurally only (one run cannot show whether the engine samples).
+    two or more repetitions. With no pairs the floor is zero and not deterministic, and content
+    is not compared (one run cannot show whether the engine samples). `content_differs` of
+    `content_compared`: the later repetitions of each exchange that differ in structure from its
+    first (`structure_difference`), the reference's own rate.
     """
     groups = _group_ok(o for o in reference if o.route == route)
     ttft_diffs: list[float] = []
@@ -113,6 +146,7 @@ def noise_floor(reference: Sequence[Observation], route: str = "direct") -> Nois
     tokens = 0
     pairs = 0
     deterministic = True
+    differs = compared = 0
     for reps in groups.values():
         runs = list(reps.values())
         if len(runs) < 2:
@@ -121,6 +155,8 @@ def noise_floor(reference: Sequence[Observation], route: str = "direct") -> Nois
         first = _content_signature(runs[0].result)
         if any(_content_signature(o.result) != first for o in runs[1:]):
             deterministic = False
+        k, n = _own_differences(runs)
+        differs, compared = differs + k, compared + n
         bursts = [burstiness(o) for o in runs]
         for (x, bx), (y, by) in combinations(zip(runs, bursts), 2):
             _add_abs_diff(ttft_diffs, x.ttft, y.ttft)
@@ -138,7 +174,18 @@ def noise_floor(reference: Sequence[Observation], route: str = "direct") -> Nois
         e2e=percentile(e2e_diffs, 95) or 0.0,
         burst=burst,
         tokens=tokens,
+        content_differs=differs,
+        content_compared=compared,
     )
+
+
+def _own_differences(runs: Sequence[Observation]) -> tuple[int, int]:
+    """(differing, compared): each later repetition of one exchange against its first, in structure."""
+    first = runs[0].result
+    if first is None:
+        return 0, 0
+    later = [o.result for o in runs[1:] if o.result is not None]
+    return sum(1 for r in later if structure_difference(r, first, "")), len(later)
 
 
 def _group_ok(observations: Iterable[Observation]) -> dict[ExchangeKey, dict[int, Observation]]:
@@ -166,21 +213,28 @@ def _add_abs_diff(out: list[float], x: float | None, y: float | None) -> None:
 # -- judging ---------------------------------------------------------------------------------------
 
 
-def judge(observations: Sequence[Observation], reference: Sequence[Observation], floor: NoiseFloor) -> list[Judged]:
+def judge(observations: Sequence[Observation], reference: Sequence[Observation], floor: NoiseFloor, *,
+          routes: int = 1) -> list[Judged]:  # fmt: skip
     """One `Judged` per observation, in the same order.
 
     `reference` holds the reference route's observations (others in it, of routes other than
     `floor.reference`, are ignored). In priority order: an observation that failed keeps its
     outcome; with no OK reference exchange it is OK ("no reference exchange to compare with");
-    else content (`content_mismatch`), then arrival (`buffered`), then latency (`slow`) are
-    compared with the reference exchange; otherwise OK. Latency is judged against the larger of
-    the floor and the exchange's own spread across the reference repetitions.
+    else content (`content_mismatch`: per exchange when the floor is deterministic, by each
+    route's rate when the engine samples; see the module docstring), then arrival (`buffered`),
+    then latency (`slow`) are compared with the reference exchange; otherwise OK. Latency is
+    judged against the larger of the floor and the exchange's own spread across the reference
+    repetitions. `routes`: how many routes are judged against this floor in all (the ladder's
+    hops): the content rate test's CONTENT_ALPHA is shared among them (Bonferroni), so a long
+    chain is no likelier than a short one to have a hop blamed by chance.
     """
     index = _group_ok(o for o in reference if o.route == floor.reference)
     # What the comparisons need of a reference exchange is the same for every route and
     # repetition judged against it: computed once, keyed by identity (observations are values;
     # hashing one would hash all its events).
     facts: dict[int, _RefFacts] = {}
+    by_rate = floor.sampling
+    rates: dict[str, _Rate] = {}  # sampling: each route's exchanges compared in structure
     judged = []
     for obs in observations:
         ref = _find_reference(index, obs)
@@ -193,8 +247,62 @@ def judge(observations: Sequence[Observation], reference: Sequence[Observation],
         known = facts.get(id(ref))
         if known is None:
             known = facts[id(ref)] = _ref_facts(ref, index[exchange_key(ref)].values())
-        judged.append(_compare(obs, ref, floor, known))
+        if by_rate and obs.result is not None and ref.result is not None:
+            rate = rates.setdefault(obs.route, _Rate())
+            rate.compared.append((len(judged), exchange_key(obs), structure_difference(obs.result, ref.result,
+                                                                                    floor.reference)))  # fmt: skip
+        judged.append(_compare(obs, ref, floor, known, content=floor.deterministic))
+    for route, rate in rates.items():
+        _judge_rate(judged, route, rate, index, floor.reference, max(1, routes))
     return _systematic(judged)
+
+
+@dataclass
+class _Rate:
+    """One route's OK exchanges compared in structure with the reference: (position in the
+    judged list, exchange, what differs or "")."""
+
+    compared: list[tuple[int, ExchangeKey, str]] = field(default_factory=list)
+
+
+def _judge_rate(judged: list[Judged], route: str, rate: _Rate, index: dict[ExchangeKey, dict[int, Observation]],
+                name: str, routes: int) -> None:  # fmt: skip
+    """The content rate test of one route (sampling engines): the route's share of exchanges that
+    differ from the reference against the reference's own share on the same exchanges. Failing
+    it, every exchange that differs becomes `content_mismatch`, with the test in its detail."""
+    # Only exchanges the reference repeated can be weighed against its own differences.
+    own: dict[ExchangeKey, tuple[int, int]] = {}
+    for key in {key for _, key, _ in rate.compared}:
+        runs = list(index[key].values())
+        if len(runs) >= 2:
+            own[key] = _own_differences(runs)
+    counted = [(i, problem) for i, key, problem in rate.compared if key in own and own[key][1]]
+    for i, problem in counted:  # counted whatever the test concludes (the localizer weighs routes by them)
+        j = judged[i]
+        judged[i] = Judged(j.obs, j.outcome, j.detail, j.reference, problem)
+    k0 = sum(k for k, _ in own.values())
+    n0 = sum(n for _, n in own.values())
+    k = sum(1 for _, problem in counted if problem)
+    n = len(counted)
+    if not k or not n0:
+        return
+    p = fisher_greater(k, n - k, k0, n0 - k0)
+    alpha = CONTENT_ALPHA / routes
+    if p >= alpha or k / n <= k0 / n0:
+        return  # no more than direct differs from itself: sampling, not the route
+    shared = f" ({CONTENT_ALPHA:g} shared by {routes} routes)" if routes > 1 else ""
+    test = (f"content differs from {name} on {k}/{n} exchanges of {route}, on {k0}/{n0} between {name}'s own "
+            f"repetitions: one-sided Fisher's exact test p={p:.2g} < {alpha:.2g}{shared}")  # fmt: skip
+    for i, problem in counted:
+        if problem:
+            j = judged[i]
+            judged[i] = Judged(j.obs, Outcome.CONTENT_MISMATCH, f"{problem}; {test}", j.reference, problem)
+
+
+def content_rate(judged: Iterable[Judged]) -> tuple[int, int]:
+    """(differing, compared): a route's exchanges counted in its content rate (`Judged.differs`)."""
+    compared = [j.differs for j in judged if j.differs is not None]
+    return sum(1 for d in compared if d), len(compared)
 
 
 def _systematic(judged: list[Judged]) -> list[Judged]:
@@ -214,7 +322,7 @@ def _systematic(judged: list[Judged]) -> list[Judged]:
         note = f" (not counted: {len(hits)} of {eligible} exchanges on this route, not a habit of the route)"
         for i in hits:
             j = judged[i]
-            judged[i] = Judged(j.obs, Outcome.OK, j.detail + note, j.reference)
+            judged[i] = Judged(j.obs, Outcome.OK, j.detail + note, j.reference, j.differs)
     return judged
 
 
@@ -243,10 +351,11 @@ def _find_reference(index: dict[ExchangeKey, dict[int, Observation]], obs: Obser
     return same if same is not None else next(iter(reps.values()))  # the lowest OK repetition
 
 
-def _compare(obs: Observation, ref: Observation, floor: NoiseFloor, facts: _RefFacts) -> Judged:
+def _compare(obs: Observation, ref: Observation, floor: NoiseFloor, facts: _RefFacts, *, content: bool) -> Judged:
+    """`content`: compare the answers exchange by exchange (a deterministic engine)."""
     name = floor.reference
-    if obs.result is not None and ref.result is not None:
-        problem = (_content_exact if floor.deterministic else _content_structural)(obs.result, ref.result, floor, name)
+    if content and obs.result is not None and ref.result is not None:
+        problem = _content_exact(obs.result, ref.result, name)
         if problem:
             return Judged(obs, Outcome.CONTENT_MISMATCH, problem, ref)
     problem = _buffering(obs, ref, floor, facts.shape)
@@ -258,7 +367,7 @@ def _compare(obs: Observation, ref: Observation, floor: NoiseFloor, facts: _RefF
     return Judged(obs, Outcome.OK, "", ref)
 
 
-def _content_exact(got: ResultSummary, want: ResultSummary, floor: NoiseFloor, name: str) -> str:
+def _content_exact(got: ResultSummary, want: ResultSummary, name: str) -> str:
     """The engine answered identically in every reference repetition: any difference counts."""
     problems = []
     if got.text_sha256 != want.text_sha256:
@@ -272,9 +381,11 @@ def _content_exact(got: ResultSummary, want: ResultSummary, floor: NoiseFloor, n
     return "; ".join(problems)
 
 
-def _content_structural(got: ResultSummary, want: ResultSummary, floor: NoiseFloor, name: str) -> str:
-    """The engine samples (or the floor could not tell): only differences an engine's own
-    variation does not explain count."""
+def structure_difference(got: ResultSummary, want: ResultSummary, name: str) -> str:
+    """What differs in structure between two answers to one request ("" when nothing does): the
+    tool calls (any or none, their names, whether their arguments are valid JSON), the finish
+    reason, the length class. Symmetric and fixed (no floor in it), so that direct against
+    itself and a route against direct are counted by the same rule. `name` names `want`'s route."""
     problems = []
     if got.finish_reason != want.finish_reason:
         problems.append(f"finish reason {got.finish_reason or 'none'} (on {name}: {want.finish_reason or 'none'})")
@@ -283,17 +394,14 @@ def _content_structural(got: ResultSummary, want: ResultSummary, floor: NoiseFlo
     if got_names != want_names:
         problems.append(f"tool calls differ: {_names(got_names)} vs {_names(want_names)} on {name}")
     else:
-        pairs = zip(got.tool_calls, want.tool_calls)
-        broken = [g.name or "?" for g, w in pairs if w.arguments_valid and not g.arguments_valid]
-        if broken:
-            problems.append(f"tool call {', '.join(broken)} has arguments that are not valid JSON (valid on {name})")
-    limit = TOKENS_FLOOR_FACTOR * floor.tokens + TOKENS_SLACK
-    if got.completion_tokens is not None and want.completion_tokens is not None:
-        if abs(got.completion_tokens - want.completion_tokens) > limit:
-            problems.append(
-                f"{got.completion_tokens} completion tokens vs {want.completion_tokens} on {name} "
-                f"(the {name} repetitions differed by at most {floor.tokens})"
-            )
+        for g, w in zip(got.tool_calls, want.tool_calls):
+            if g.arguments_valid != w.arguments_valid:
+                state = "not valid JSON" if w.arguments_valid else "valid JSON"
+                problems.append(f"tool call {g.name or '?'} has arguments that are {state} "
+                                f"({'valid' if w.arguments_valid else 'not valid'} on {name})")  # fmt: skip
+    x, y = got.completion_tokens, want.completion_tokens
+    if x is not None and y is not None and abs(x - y) > LENGTH_SLACK and max(x, y) > LENGTH_CLASS_RATIO * min(x, y):
+        problems.append(f"{x} completion tokens vs {y} on {name} (more than {LENGTH_CLASS_RATIO:g}x apart)")
     return "; ".join(problems)
 
 

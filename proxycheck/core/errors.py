@@ -25,5 +25,11 @@ class BadInput(ProxycheckError):
         self.message = message
 
 
+class ClientFault(BadInput):
+    """The client could not send a request as it was built (a header it cannot send, a URL it
+    cannot use): a mistake on this side, in the chain file or the recording, found before a byte
+    reached the network. Never an outcome: it is no evidence against a hop or the engine."""
+
+
 class StorageError(ProxycheckError):
     """Writing a recording or run failed (unwritable directory, full disk)."""

@@ -15,40 +15,61 @@ clean one inward, names its entry hop as the candidate. The candidate is confirm
 
 - a deterministic difference: the same exchanges fail in each of two or more repetitions of the
   failing route, and none fails in two or more of the clean one; or
-- Fisher's exact test on failure counts (failing route vs the clean one), p < alpha (0.01).
+- Fisher's exact test on failure counts (failing route vs the clean one), p < alpha (0.01);
+- or, for a route that fails only by a sampling engine's content rate (`proxycheck.core.differ`)
+  next to a hop's route, a one-sided Fisher's exact test on the exchanges each differs from
+  direct in (`content_rate`): the route inward passed its own test against direct and so shows
+  no failures, yet may differ as often, holding the change itself.
+
+The verdict's `statistics` name the rule that decided (`decided_by`, and `rule` in words with
+that rule's figures only: a p-value never stands beside the deterministic rule as if it had
+decided), or say why neither did. Its findings list each failing or degraded exchange (the first
+MAX_FINDINGS); its advice (`proxycheck.core.advice`) is given once per hop and kind of finding,
+over all of them.
 
 Until then both routes are replayed again, the one with fewer repetitions first, up to
 `max_repeat` repetitions each; then the verdict is `inconclusive`, never a guess. Should the
 clean route start failing on a repetition, the candidate moves inward with it. When no route
 fails, the verdict is `healthy`, or `not-reproduced` when the recording itself shows failures.
 Degradations (`buffered`, `slow`) are reported, and count as failures only when `fail_on` says.
+
+When the observations stop before the localizer decided (a run interrupted, killed or cut
+short; see `proxycheck.core.runverdict`), `incomplete` names the routes missing and says what
+the finished ones show "so far", never as a verdict.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
-from proxycheck.core.differ import judge, noise_floor
+from proxycheck.core.advice import Advice
+from proxycheck.core.advice import group as group_advice
+from proxycheck.core.advice import key_of as advice_key
+from proxycheck.core.differ import content_rate, judge, noise_floor
 from proxycheck.core.observation import Observation
 from proxycheck.core.outcomes import Outcome
-from proxycheck.core.stats import fisher_exact, median
+from proxycheck.core.stats import fisher_exact, fisher_greater, median
 from proxycheck.core.verdict import (
     ENGINE,
-    ENGINE_ADVICE,
+    CUT_SHORT,
     HEALTHY,
+    INCOMPLETE,
     INCONCLUSIVE,
+    NOT_REPLAYED,
     NOT_REPRODUCED,
     PROXY,
     SERVER,
     Evidence,
     Finding,
     Judged,
+    MissingRoute,
     NoiseFloor,
     RouteReport,
+    SoFar,
     Verdict,
-    advice,
+    suggestions,
 )
 
 DIRECT = "direct"
@@ -111,6 +132,7 @@ class Localizer:
         recorded_failures: Sequence[RecordedFailure] = (),
         differences: Sequence[str] = (),
         run: str = "",
+        greedy: bool = False,
     ) -> None:
         if not ladder or ladder[0] != DIRECT:
             raise ValueError("the ladder starts with the direct route")
@@ -127,6 +149,7 @@ class Localizer:
         self._routes = {name: _Route(name, tuple(hops.get(name, ()))) for name in self.ladder}
         self._floor: NoiseFloor | None = None
         self.run = run  # the run directory, named in the verdict
+        self.greedy = greedy  # the replays asked for greedy decoding (`--greedy`): for the suggestions
 
     # ---------------------------------------------------------------------------------- input
 
@@ -235,7 +258,10 @@ class Localizer:
                 # The reference is not compared with itself: its own outcomes are what it is.
                 route.judged = [Judged(o, o.outcome, o.detail, None) for o in route.observations]
             else:
-                route.judged = judge(route.observations, self._routes[DIRECT].observations, self.floor)
+                # Every route of the ladder is judged against the one floor: a sampling engine's
+                # content test shares its alpha among them (the differ's Bonferroni).
+                route.judged = judge(route.observations, self._routes[DIRECT].observations, self.floor,
+                                     routes=len(self.ladder) - 1)  # fmt: skip
         return route.judged
 
     def _failed(self, j: Judged) -> bool:
@@ -252,20 +278,33 @@ class Localizer:
                 keys.add(_key(j.obs))
         return [frozenset(k) for _, k in sorted(per_rep.items())]
 
-    def _test(self, bad: _Route, good: _Route) -> dict[str, object]:
-        """Is `bad` told apart from `good`? Deterministic difference first, then Fisher."""
-        k_bad, n_bad = self._failures(bad), len(self.judged(bad.name))
-        k_good, n_good = self._failures(good), len(self.judged(good.name))
-        p = fisher_exact(k_bad, n_bad - k_bad, k_good, n_good - k_good)
-        sets = self._failing_sets(bad)
-        deterministic = (
-            len(sets) >= 2 and bool(sets[0]) and all(s == sets[0] for s in sets)
-            and good.repetitions >= 2 and k_good == 0
-        )  # fmt: skip
-        method = "deterministic" if deterministic else "fisher_exact"
+    def _by_content_rate(self, bad: _Route, good: _Route) -> bool:
+        """`bad` fails only by a sampling engine's content rate, next to a hop's route: its
+        candidate is confirmed on content rates against `good` (`_content_test`), since a route
+        that passed its rate test against direct shows no failures at all, yet may differ as
+        often (the hop changing the conversation may be inside it)."""
+        if good.name == DIRECT or not self.floor.sampling:
+            return False  # against direct, the differ's rate test was the test
+        failed = [j for j in self.judged(bad.name) if self._failed(j)]
+        return bool(failed) and all(j.outcome is Outcome.CONTENT_MISMATCH for j in failed)
+
+    def _content_test(self, bad: _Route, good: _Route) -> dict[str, object]:
+        """`bad`'s content differs from direct more often than `good`'s: one-sided Fisher on the
+        exchanges each differs in (counted whatever each route's own test against direct said)."""
+        k_bad, n_bad = content_rate(self.judged(bad.name))
+        k_good, n_good = content_rate(self.judged(good.name))
+        p = fisher_greater(k_bad, n_bad - k_bad, k_good, n_good - k_good)
+        decided = p < self.alpha and k_bad / max(n_bad, 1) > k_good / max(n_good, 1)
+        seen = (f"content differs from direct on {k_bad}/{n_bad} exchanges of {bad.name} and {k_good}/{n_good} of "
+                f"{good.name}, one-sided Fisher's exact test p={p:.2g}")  # fmt: skip
+        rule = (f"the content rates decided: {seen} < {self.alpha:g}" if decided else
+                f"the content rates did not decide: {seen}, not under {self.alpha:g} ({good.name} may hold the "
+                "change too)")  # fmt: skip
         return {
-            "decided": deterministic or (p < self.alpha and k_bad / max(n_bad, 1) > k_good / max(n_good, 1)),
-            "method": method,
+            "decided": decided,
+            "method": "content_rate",
+            "decided_by": "content_rate" if decided else None,
+            "rule": rule,
             "p_value": p,
             "alpha": self.alpha,
             "failing_route": bad.name,
@@ -275,6 +314,62 @@ class Localizer:
             "clean": [k_good, n_good],
             "clean_repetitions": good.repetitions,
         }
+
+    def _test(self, bad: _Route, good: _Route) -> dict[str, object]:
+        """Is `bad` told apart from `good`? Deterministic difference first, then Fisher."""
+        if self._by_content_rate(bad, good):
+            return self._content_test(bad, good)
+        k_bad, n_bad = self._failures(bad), len(self.judged(bad.name))
+        k_good, n_good = self._failures(good), len(self.judged(good.name))
+        p = fisher_exact(k_bad, n_bad - k_bad, k_good, n_good - k_good)
+        sets = self._failing_sets(bad)
+        deterministic = (
+            len(sets) >= 2 and bool(sets[0]) and all(s == sets[0] for s in sets)
+            and good.repetitions >= 2 and k_good == 0
+        )  # fmt: skip
+        fisher = p < self.alpha and k_bad / max(n_bad, 1) > k_good / max(n_good, 1)
+        method = "deterministic" if deterministic else "fisher_exact"
+        decided_by = "deterministic" if deterministic else "fisher_exact" if fisher else None
+        return {
+            "decided": deterministic or fisher,
+            "method": method,
+            "decided_by": decided_by,  # the rule that told the routes apart; None: neither did
+            "rule": self._rule(bad, good, sets, decided_by, p, k_good),
+            "p_value": p,
+            "alpha": self.alpha,
+            "failing_route": bad.name,
+            "failing": [k_bad, n_bad],
+            "failing_repetitions": bad.repetitions,
+            "clean_route": good.name,
+            "clean": [k_good, n_good],
+            "clean_repetitions": good.repetitions,
+        }
+
+    def _rule(self, bad: _Route, good: _Route, sets: Sequence[frozenset[Key]], decided_by: str | None, p: float,
+              k_good: int) -> str:  # fmt: skip
+        """Which rule decided, in words, with only the figures of that rule: a p-value is shown
+        as deciding only when Fisher's test did."""
+        if decided_by == "deterministic":
+            return (f"the deterministic rule decided: the same {len(sets[0])} exchange(s) failed in each of the "
+                    f"{bad.repetitions} repetitions of {bad.name} and none in the {good.repetitions} of "
+                    f"{good.name}")  # fmt: skip
+        if decided_by == "fisher_exact":
+            return f"Fisher's exact test decided: p={p:.2g} < {self.alpha:g}"
+        # Neither: say why each rule did not hold.
+        if p < self.alpha:
+            fisher = f"Fisher's exact test p={p:.2g}, but {bad.name} fails no more often than {good.name}"
+        else:
+            fisher = f"Fisher's exact test p={p:.2g}, not under {self.alpha:g}"
+        why = []
+        if len(sets) < 2:
+            why.append(f"{bad.name} was replayed once")
+        elif not sets[0] or any(s != sets[0] for s in sets):
+            why.append(f"the failing exchanges differ between the repetitions of {bad.name}")
+        if good.repetitions < 2:
+            why.append(f"{good.name} was replayed once")
+        if k_good:
+            why.append(f"{good.name} failed {k_good} too")
+        return f"neither rule decided: {fisher}; the deterministic rule does not hold ({', '.join(why)})"
 
     # ---------------------------------------------------------------------------------- verdicts
 
@@ -304,32 +399,48 @@ class Localizer:
                 inner = ttfts
         return tuple(reports)
 
-    def _findings(self, culprit: str | None) -> tuple[Finding, ...]:
-        found: list[Finding] = []
+    def _findings(self, culprit: str | None) -> tuple[tuple[Finding, ...], tuple[Advice, ...]]:
+        """The findings (the first MAX_FINDINGS), and the advice: once per hop and kind of finding,
+        over every failing or degraded exchange, listed or not."""
+        entries: list[tuple[str | None, Judged]] = []
+        context: dict[str, list[Judged]] = {}
+        names: dict[str, str] = {}  # how a hop not found at fault is named: by its route
         for name in self.ladder:
             route = self._routes[name]
+            if not route.observations:
+                continue
+            context[name] = self.judged(name)
             # A route through the culprit fails because of it: its advice is about the culprit.
+            # None: the direct route, where nothing but the engine is in the way. Else the
+            # route's entry hop, named as the route when it passes more than that hop: no
+            # culprit was found, so any of its hops may be the one.
             hop = culprit if culprit in route.hops else (route.hops[0] if route.hops else None)
+            if hop is not None and hop != culprit and len(route.hops) > 1:
+                names[hop] = f"{name} (its hops {' → '.join(route.hops)})"
             for j in sorted(self.judged(name), key=lambda j: (j.obs.repetition, j.obs.t_start)):
-                if not (self._failed(j) or j.degraded):
-                    continue
-                found.append(Finding(
-                    route=name, repetition=j.obs.repetition, session=j.obs.session, turn=j.obs.turn,
-                    outcome=j.outcome.value, detail=j.detail,
-                    advice=advice(j.outcome, j.obs, hop) if hop else ENGINE_ADVICE,
-                ))  # fmt: skip
-                if len(found) >= MAX_FINDINGS:
-                    return tuple(found)
-        return tuple(found)
+                if self._failed(j) or j.degraded:
+                    entries.append((hop, j))
+        advised = group_advice(entries, context, names)
+        found = [
+            Finding(
+                route=j.obs.route, repetition=j.obs.repetition, session=j.obs.session, turn=j.obs.turn,
+                outcome=j.outcome.value, detail=j.detail, advice=advised[advice_key(hop, j)].text, xid=j.obs.xid,
+            )
+            for hop, j in entries[:MAX_FINDINGS]
+        ]  # fmt: skip
+        return tuple(found), tuple(advised.values())
 
     def _first_failure(self, route: _Route) -> Judged | None:
         failed = [j for j in self.judged(route.name) if self._failed(j)]
         return min(failed, key=lambda j: (j.obs.repetition, j.obs.t_start), default=None)
 
     def _verdict(self, verdict: str, culprit: str | None, summary: str, **kw: object) -> Verdict:
+        findings, advised = self._findings(culprit)
         return Verdict(
-            verdict=verdict, culprit=culprit, summary=summary, routes=self._reports(), findings=self._findings(culprit),
+            verdict=verdict, culprit=culprit, summary=summary, routes=self._reports(), findings=findings,
+            advice=advised,
             floor=self.floor, strategy=self.strategy, run=self.run, **kw,  # type: ignore[arg-type]
+            suggestions=suggestions(self.floor, self.greedy, self._routes[DIRECT].repetitions),
         )  # fmt: skip
 
     def _server(self) -> Verdict:
@@ -340,7 +451,8 @@ class Localizer:
         summary = (f"the engine {_phrase(outcome, failed)} on the direct route {spread} "
                    f"({len(failed)}/{len(judged)} exchanges over {direct.repetitions} repetitions)")  # fmt: skip
         first = self._first_failure(direct)
-        stats = {"method": "direct", "failing_route": DIRECT, "failing": [len(failed), len(judged)]}
+        stats = {"method": "direct", "decided_by": "direct", "rule": "the direct route fails",
+                 "failing_route": DIRECT, "failing": [len(failed), len(judged)]}  # fmt: skip
         return self._verdict(SERVER, ENGINE, summary, statistics=stats, first_turn=first_turn,
                              evidence=Evidence(first.obs, None) if first else None)  # fmt: skip
 
@@ -380,6 +492,12 @@ class Localizer:
         summary = (f"{bad.name} failed {k_bad}/{n_bad} and {good.name} {k_good}/{n_good} after "
                    f"{bad.repetitions} and {good.repetitions} repetitions: not a clear difference "
                    f"(Fisher's exact test p={stats['p_value']:.3g}, needed < {self.alpha:g})")  # fmt: skip
+        if stats.get("method") == "content_rate":  # a sampling engine: the counts are exchanges that differ
+            summary = (f"the answers differ from direct's on {k_bad}/{n_bad} exchanges of {bad.name}, more than "
+                       f"between direct's own repetitions, but on {k_good}/{n_good} of {good.name} too, after "
+                       f"{bad.repetitions} and {good.repetitions} repetitions: not a clear difference between "
+                       f"them (one-sided Fisher's exact test p={stats['p_value']:.3g}, needed < {self.alpha:g}); "
+                       "replaying with --greedy compares answers exchange by exchange")  # fmt: skip
         stats = {k: v for k, v in stats.items() if k != "decided"}
         return self._verdict(INCONCLUSIVE, None, summary, statistics=stats, evidence=evidence)
 
@@ -395,6 +513,66 @@ class Localizer:
                        f"no route reproduces them (clean: {counts}){note}")  # fmt: skip
             return self._verdict(NOT_REPRODUCED, None, summary, differences=self.differences)
         return self._verdict(HEALTHY, None, f"every route clean: {counts}{note}")
+
+    def incomplete(self, missing: Sequence[MissingRoute], status: str) -> Verdict:
+        """The verdict of observations that stop before this localizer decided: `missing` names
+        the routes lacking, `status` what became of the run. Only whole repetitions may have been
+        added: what they show is `so_far` (the verdict they alone would give, as `diff` would
+        judge them), said as such and never as the verdict."""
+        step = self.next(final=True)
+        assert isinstance(step, Decided)  # final: it never asks for a replay
+        partial = step.verdict
+        seen = _so_far_text(partial)
+        so_far = SoFar(partial.verdict, partial.culprit, seen) if partial.routes else None
+        summary = f"{_stopped(status, bool(missing))}{_missing_text(missing)}; {seen}"
+        # The routes, findings and evidence are what was seen; nothing that reads as a decision
+        # (the deciding test, the turn failures start at, a culprit) is carried over.
+        return replace(
+            partial, verdict=INCOMPLETE, culprit=None, summary=summary, statistics={}, first_turn=None,
+            differences=(), floor=partial.floor if self.replayed(DIRECT) else None, missing=tuple(missing),
+            so_far=so_far, run_status=status,
+        )  # fmt: skip
+
+
+_STOPPED = {
+    "interrupted": "the run was interrupted",
+    "running": "the run never finished (it was killed, or is still replaying)",
+    "failed": "the run stopped on an error",
+    "limited": "the run was stopped by its request limit",
+    "completed": "the run is marked finished but lacks observations",
+}
+
+
+def _stopped(status: str, missing: bool) -> str:
+    said = _STOPPED.get(status) or (f"the run ended with status {status!r}" if status else "the run has no status")
+    return f"{said}: " if missing else f"{said} before its end"
+
+
+def _missing_text(missing: Sequence[MissingRoute]) -> str:
+    """"via:c2 cut short (repetition 1: 2 of 6 exchanges), via:c1 and via:c0 not replayed"."""
+    parts = []
+    for m in missing:
+        if m.state == CUT_SHORT:
+            of = f" of {m.planned}" if m.planned is not None else ""
+            parts.append(f"{m.route} cut short (repetition {m.repetition}: {m.observed}{of} exchanges)")
+    # A route replayed, but not as often as the localizer needed, says which repetition it lacks.
+    never = [m.route if (m.repetition or 1) == 1 else f"{m.route} (repetition {m.repetition})"
+             for m in missing if m.state == NOT_REPLAYED]  # fmt: skip
+    if never:
+        names = never[0] if len(never) == 1 else ", ".join(never[:-1]) + " and " + never[-1]
+        parts.append(f"{names} not replayed")
+    return ", ".join(parts)
+
+
+def _so_far_text(partial: Verdict) -> str:
+    """What the finished routes show, worded as so far: the clean ones counted, else the summary
+    of what they alone would conclude."""
+    if not partial.routes:
+        return "no route was replayed in full: nothing to go on yet"
+    if partial.verdict in (HEALTHY, NOT_REPRODUCED):
+        counts = ", ".join(f"{r.route} {r.exchanges}/{r.exchanges}" for r in partial.routes)
+        return f"so far no finished route fails: {counts}"
+    return f"so far {partial.summary}"
 
 
 def _key(obs: Observation) -> Key:
@@ -434,6 +612,7 @@ def _phrase(outcome: Outcome, failed: Sequence[Judged]) -> str:
 
 _PHRASES = {
     Outcome.STALL_MID_STREAM: "stalls mid-stream",
+    Outcome.HELD_OPEN: "holds streams open after their end",
     Outcome.STALL_BEFORE_FIRST_EVENT: "stalls before the first event",
     Outcome.STALL_BEFORE_HEADERS: "holds the response headers back",
     Outcome.RESET: "cuts connections mid-response",

@@ -19,8 +19,11 @@ API prefixes) and otherwise the path itself. Rules, first hit wins:
    *chained* replay sends, whose assistant messages are re-serialized and so have other ids.
    When the request continues the last recorded turn, no recorded turn answers it here.
    With a known key but no continuity, a turn of that session with the same body digest.
-2. ``digest`` — a recorded request with the same body SHA-256 (bodies without a history: SGLang
-   `input_ids`, embeddings-like shapes).
+2. ``digest`` — a recorded request with the same body digest (bodies without a history: SGLang
+   `input_ids`, embeddings-like shapes). Body digests here are of the canonical JSON
+   (`proxycheck.core.requestparts.canonical_sha256`), so a hop that re-serializes a body (key
+   order, spacing, escapes) leaves its digest alone; a body that is not JSON has the digest of its
+   bytes.
 3. ``prefix`` — the recorded request sharing the longest prefix with this one: message ids for
    chat bodies (at least one shared message), else the prompt text, else the raw bytes (sharing at
    least half of this request: less says only that both are JSON of the same API). Ties go to the
@@ -41,6 +44,7 @@ here: delay_headers, stall/close after K recorded chunks, drop_terminal (the las
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence, TypeVar
@@ -49,6 +53,7 @@ from proxycheck.core.bodies import join_body, prefix_digests, split_body
 from proxycheck.core.dialects import detect
 from proxycheck.core.faultspec import ActiveFaults
 from proxycheck.core.recording import RecordedExchange
+from proxycheck.core.requestparts import canonical_sha256
 from proxycheck.core.redact import REDACTED, HeaderValue
 from proxycheck.core.sessions import DEFAULT_SESSION_FIELDS, DEFAULT_SESSION_HEADERS
 from proxycheck.core.sse import SSEEvent, parse
@@ -110,10 +115,7 @@ class _Item:
     history: tuple[str, ...] | None
     prompt: str | None
     raw: bytes | None  # the request body, kept only when there is no history (byte prefixes)
-
-    @property
-    def sha(self) -> str:
-        return self.exchange.body.sha256
+    sha: str  # the body's digest (`body_digest`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +220,7 @@ class ReplayMatcher:
         shared = "message" if req.history is not None else "prompt or body prefix"
         return NoMatch(
             f"no recorded {req.route[0]} {req.route[1]} exchange matches: the request is no turn of a recorded "
-            f"session, no recorded body has its sha256 {req.sha[:16]}, and none shares a {shared} with it"
+            f"session, no recorded body has its digest {req.sha[:16]}, and none shares a {shared} with it"
         )
 
     def _request(self, method: str, path: str, headers: Iterable[tuple[str, str]], body: bytes) -> _Request:
@@ -227,7 +229,8 @@ class ReplayMatcher:
         probe = RecordedExchange(0, 0.0, method, path, None, tuple(headers), split)
         key = explicit_key(probe, self._session_headers, self._session_fields)
         prompt = _prompt_of(body) if split.messages is None else None
-        return _Request(route_key(method, path), split.sha256, split.messages, prompt, body, key[0] if key else None)
+        return _Request(route_key(method, path), body_digest(body), split.messages, prompt, body,
+                        key[0] if key else None)  # fmt: skip
 
     # Rule 1: session and turn -----------------------------------------------------------------
 
@@ -276,7 +279,7 @@ class ReplayMatcher:
 
     def _by_digest(self, route: _Route, req: _Request) -> Match | None:
         same = route.by_sha.get(req.sha)
-        return self._answer(RULE_DIGEST, same, req, "same body sha256") if same else None
+        return self._answer(RULE_DIGEST, same, req, "same body digest") if same else None
 
     # Rule 3: longest shared prefix -------------------------------------------------------------
 
@@ -312,10 +315,17 @@ class ReplayMatcher:
 
 
 def _item(ex: RecordedExchange, session: str | None, turn: int | None, resolve: Callable[[str], bytes]) -> _Item:
-    if ex.body.messages is not None:
-        return _Item(ex, session, turn, ex.body.messages, None, None)
     raw = join_body(ex.body, resolve)
-    return _Item(ex, session, turn, None, _prompt_of(raw), raw)
+    sha = body_digest(raw) if ex.body.sha256 else ""  # no digest recorded: it matches no digest
+    if ex.body.messages is not None:
+        return _Item(ex, session, turn, ex.body.messages, None, None, sha)
+    return _Item(ex, session, turn, None, _prompt_of(raw), raw, sha)
+
+
+def body_digest(body: bytes) -> str:
+    """The digest bodies are matched on: SHA-256 of the canonical JSON when the body is JSON (a
+    re-serialized body has the same), else of the bytes."""
+    return canonical_sha256(body) or hashlib.sha256(body).hexdigest()
 
 
 def _prompt_of(body: bytes) -> str | None:

@@ -10,6 +10,8 @@ needs no network and no clock:
   bytes), the think time before it, whether it opens a new connection or reuses the session's
   current one, and what the recording saw (`RecordedOutcome`: outcome, time to headers, TTFT,
   duration, gaps between content events, the parsed reply) for the differ to compare against.
+  A turn the client retried is planned once per attempt, each after its recorded backoff: the
+  retries a hop saw are part of what it saw, and each attempt is judged on its own.
 * **Pacing** (`think_delay`, `start_delay`, `parse_pace`): recorded think times and session
   starts, scaled by the pace (`recorded`, `fast` = no waiting, or a factor).
 * **Watchdogs** (`derive_watchdogs`, `Watchdogs`): the timeouts that turn a wedge into an
@@ -36,6 +38,7 @@ from proxycheck.core.model import Result, ToolCall
 from proxycheck.core.outcomes import Outcome
 from proxycheck.core.recording import RecordedExchange
 from proxycheck.core.redact import Headers, Redacted
+from proxycheck.core.sessions import SessionName
 from proxycheck.core.summary import SessionSummary, TurnSummary, analyze_exchange
 
 # --------------------------------------------------------------------------------------------
@@ -122,7 +125,12 @@ class PlannedTurn:
     first turn, or when the previous one never ended). `new_connection` says to open a fresh
     connection for this turn instead of reusing the session's current one. `redacted` lists what
     the recorder removed (`header:authorization`, `body:...`), so the replayer can say which
-    credentials the chain file must supply."""
+    credentials the chain file must supply.
+
+    A turn the client retried is planned once per attempt, each with the same `turn`: `attempt`
+    of `attempts`. A retry's `think_time` is None and its `backoff` is the recorded gap between
+    the end of the attempt before and its request, which the replay waits as it does a think
+    time (the retries a hop saw, and when, are part of what it saw)."""
 
     session: str
     turn: int
@@ -139,18 +147,29 @@ class PlannedTurn:
     client_id: str | None
     recorded: RecordedOutcome
     redacted: tuple[str, ...] = ()
+    attempt: int = 1
+    attempts: int = 1
+    backoff: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class PlannedSession:
     """A session to replay: `start` is its first turn's recorded offset from the recording's
-    first request; its turns are in recorded order."""
+    first request; its turns are in recorded order. `label` and `key` are the names of
+    `proxycheck sessions` (`SessionSummary`); observations carry `id`."""
 
     id: str
     grouped_by: str
     dialect: str | None
     start: float
     turns: tuple[PlannedTurn, ...]
+    label: str = ""
+    key: str | None = None
+
+    @property
+    def name(self) -> SessionName:
+        attempts = tuple((t.xid, t.attempt, t.attempts) for t in self.turns if t.attempts > 1)
+        return SessionName(self.id, self.label or self.id, self.key, self.grouped_by, attempts)
 
 
 def plan_sessions(
@@ -185,7 +204,8 @@ def plan_sessions(
             prev = (planned, ex)
         if turns:
             start = round(by_xid[turns[0].xid].t_request - origin, 6)
-            out.append(PlannedSession(summary.id, summary.grouped_by, summary.dialect, start, tuple(turns)))
+            out.append(PlannedSession(summary.id, summary.grouped_by, summary.dialect, start, tuple(turns),
+                                      summary.label or summary.id, summary.key))  # fmt: skip
     out.sort(key=lambda s: (s.start, s.turns[0].xid))
     return out
 
@@ -198,6 +218,8 @@ def _plan_turn(
     prev: tuple[PlannedTurn, RecordedExchange] | None,
 ) -> PlannedTurn:
     client = ex.conn.client_id if ex.conn else None
+    wait = _think_time(prev[1] if prev else None, ex)
+    retry = ts.attempt > 1
     return PlannedTurn(
         session=session,
         turn=ts.turn,
@@ -211,11 +233,14 @@ def _plan_turn(
         http_version=ex.http_version or (ex.conn.http_version if ex.conn else None),
         headers=replay_headers(ex.request_headers),
         body=_exact_body(ex, resolve),
-        think_time=_think_time(prev[1] if prev else None, ex),
+        think_time=None if retry else wait,
         new_connection=_new_connection(prev[0] if prev else None, client),
         client_id=client,
         recorded=_recorded(ts, ex),
         redacted=ex.redacted,
+        attempt=ts.attempt,
+        attempts=ts.attempts,
+        backoff=wait if retry else None,
     )
 
 
@@ -298,12 +323,14 @@ def _check_factor(factor: float) -> None:
 
 
 def think_delay(turn: PlannedTurn, pace: Pace) -> float:
-    """Seconds to wait after the previous turn ended before sending `turn`. No recorded think
-    time (first turn, previous turn never ended) waits nothing; a negative one (turns of one
-    session that overlapped in the recording, e.g. grouped by an explicit key) is sent at once."""
-    if turn.think_time is None:
+    """Seconds to wait after the previous turn ended before sending `turn`: its think time, or a
+    retry's backoff. None recorded (first turn, previous turn never ended) waits nothing; a
+    negative one (turns of one session that overlapped in the recording, e.g. grouped by an
+    explicit key) is sent at once."""
+    wait = turn.backoff if turn.attempt > 1 else turn.think_time
+    if wait is None:
         return 0.0
-    return max(0.0, turn.think_time) * pace_factor(pace)
+    return max(0.0, wait) * pace_factor(pace)
 
 
 def start_delay(session: PlannedSession, pace: Pace) -> float:
@@ -420,8 +447,9 @@ class _History:
 
 @dataclass(frozen=True, slots=True)
 class _Slot:
-    """Where the reply to turn `turn` sits in later histories: index `position`, after a prefix
-    whose digest is `prefix`."""
+    """Where the reply to the session's exchange number `turn` (its index in the plan: attempts
+    of one turn are exchanges of their own) sits in later histories: message `position`, after a
+    prefix whose digest is `prefix`."""
 
     turn: int
     position: int
@@ -463,40 +491,43 @@ class ChainedSession:
 
     def __init__(self, session: PlannedSession) -> None:
         self.session = session
-        self._turns = {t.turn: t for t in session.turns}
+        # Exchanges by their index in the plan: a retried turn's attempts are each their own.
+        self._index = {t.xid: i for i, t in enumerate(session.turns)}
+        self._last_attempt = {t.turn: i for i, t in enumerate(session.turns)}
         self._histories: dict[int, _History] = {}
-        for t in session.turns:
+        for i, t in enumerate(session.turns):
             history = _parse_history(t)
             if history is not None:
-                self._histories[t.turn] = history
+                self._histories[i] = history
         self._slots = self._find_slots()
         self._replies: dict[int, Result] = {}
 
-    def chained(self, turn: int) -> bool:
-        """Whether this turn's body can carry replayed replies (False: always sent exact)."""
-        self._turn(turn)
-        return turn in self._histories
+    def chained(self, turn: "int | PlannedTurn") -> bool:
+        """Whether this turn's body can carry replayed replies (False: always sent exact).
+        `turn` is one of the session's planned turns, or a turn number (its last attempt)."""
+        return self._position(turn) in self._histories
 
-    def record_reply(self, turn: int, result: Result | None) -> None:
+    def record_reply(self, turn: "int | PlannedTurn", result: Result | None) -> None:
         """What was replayed for `turn`; None (or an incomplete result) for a failed turn, whose
         recorded reply later turns then keep."""
-        self._turn(turn)
+        i = self._position(turn)
         if result is not None and result.terminal and not result.errors:
-            self._replies[turn] = result
+            self._replies[i] = result
         else:
-            self._replies.pop(turn, None)
+            self._replies.pop(i, None)
 
-    def body_for(self, turn: int) -> bytes:
+    def body_for(self, turn: "int | PlannedTurn") -> bytes:
         """The body to send for `turn`, given the replies recorded so far."""
-        planned = self._turn(turn)
-        history = self._histories.get(turn)
+        i = self._position(turn)
+        planned = self.session.turns[i]
+        history = self._histories.get(i)
         if history is None:
             return planned.body
         messages = history.messages
         changed: list[Any] | None = None
         for slot in self._slots:
             result = self._replies.get(slot.turn)
-            if slot.turn >= turn or result is None or not _holds(history, slot):
+            if slot.turn >= i or result is None or not _holds(history, slot):
                 continue
             rebuilt = _rebuild(planned.dialect, messages[slot.position], result)
             if rebuilt is not None and rebuilt != messages[slot.position]:
@@ -508,11 +539,17 @@ class ChainedSession:
         body["messages"] = changed
         return json.dumps(body, separators=(",", ":")).encode("ascii")
 
-    def _turn(self, turn: int) -> PlannedTurn:
-        planned = self._turns.get(turn)
-        if planned is None:
+    def _position(self, turn: "int | PlannedTurn") -> int:
+        """The plan index of a planned turn of this session, or of a turn number's last attempt."""
+        if isinstance(turn, PlannedTurn):
+            i = self._index.get(turn.xid)
+            if i is None:
+                raise ValueError(f"session {self.session.id} has no such planned turn (turn {turn.turn})")
+            return i
+        i = self._last_attempt.get(turn)
+        if i is None:
             raise ValueError(f"session {self.session.id} has no turn {turn}")
-        return planned
+        return i
 
     def _find_slots(self) -> list[_Slot]:
         """For each turn, where its reply appears: right after its history, in the first later

@@ -1,10 +1,13 @@
-"""Small statistics for the differ and the localizer: Fisher's exact test and percentiles.
+"""Small statistics for the differ and the localizer: Fisher's exact test (two-sided, and
+one-sided for "more than"), and percentiles.
 
 Pure and dependency-free on purpose (no scipy/numpy in the core): the localizer needs one exact
 test on a 2x2 table of failure counts (route A vs route B, failed vs not), and the differ needs
-percentiles of timing differences. Both follow the well-known reference implementations
-(scipy.stats.fisher_exact's two-sided p-value, numpy.percentile's default "linear" method) so
-figures in a report can be checked with either.
+percentiles of timing differences and a one-sided test on counts of content differences (a route
+against direct, direct against itself, when the engine samples). They follow the well-known
+reference implementations (scipy.stats.fisher_exact's two-sided and `alternative="greater"`
+p-values, numpy.percentile's default "linear" method) so figures in a report can be checked with
+either.
 """
 
 from __future__ import annotations
@@ -27,11 +30,7 @@ def fisher_exact(a: int, b: int, c: int, d: int) -> float:
     integers (hypergeometric weights built up term by term), so it is right for counts in the
     thousands; ValueError for a negative count.
     """
-    for name, v in (("a", a), ("b", b), ("c", c), ("d", d)):
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-        if v < 0:
-            raise ValueError(f"{name} must be >= 0, got {v}")
+    _check_counts(a, b, c, d)
     row1, row2, col1 = a + b, c + d, a + c
     lo, hi = max(0, col1 - row2), min(row1, col1)
     if lo == hi:  # one possible table (an empty row or column): it is the observed one
@@ -50,6 +49,34 @@ def fisher_exact(a: int, b: int, c: int, d: int) -> float:
     tail = sum(w for w in weights if w * _TIE_DEN <= limit)
     total = sum(weights)  # == C(n, col1), summed rather than recomputed
     return min(1.0, float(Fraction(tail, total)))
+
+
+def fisher_greater(a: int, b: int, c: int, d: int) -> float:
+    """One-sided p-value of Fisher's exact test for [[a, b], [c, d]]: the probability, with the
+    same margins, of a top-left cell of `a` or more, i.e. that the first row's share a/(a+b)
+    is this much above the second's by chance (scipy's `alternative="greater"`). The differ
+    asks it of content differences: a route against direct, direct against itself."""
+    _check_counts(a, b, c, d)
+    row1, row2, col1 = a + b, c + d, a + c
+    hi = min(row1, col1)
+    if max(0, col1 - row2) == hi:
+        return 1.0
+    # The weights C(row1, x) * C(row2, col1 - x) from x = a up, built term by term as above.
+    w = math.comb(row1, a) * math.comb(row2, col1 - a)
+    tail = 0
+    for x in range(a, hi + 1):
+        tail += w
+        if x < hi:
+            w = w * (row1 - x) * (col1 - x) // ((x + 1) * (row2 - col1 + x + 1))
+    return min(1.0, float(Fraction(tail, math.comb(row1 + row2, col1))))
+
+
+def _check_counts(*counts: int) -> None:
+    for name, v in zip("abcd", counts):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+        if v < 0:
+            raise ValueError(f"{name} must be >= 0, got {v}")
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

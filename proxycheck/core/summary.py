@@ -1,5 +1,9 @@
 """Sessions of a recording as a user reads them: turns, sizes, think times, what each turn got.
 
+A turn the client retried (`proxycheck.core.sessions.retries`) is listed once per attempt, each
+with the same `turn`, its `attempt` of `attempts` and the `backoff` before it; the turn's outcome
+is its last attempt's, and the failed attempts stay listed as the evidence they are.
+
 This joins the pieces of the core: the dialect of each exchange (from its path and body), the
 analysis of its recorded response, its outcome, and session grouping. `proxycheck sessions`
 renders the result as a table or JSON (`to_json`).
@@ -21,6 +25,7 @@ from proxycheck.core.redact import REDACTED
 from proxycheck.core.sessions import (
     DEFAULT_SESSION_FIELDS,
     DEFAULT_SESSION_HEADERS,
+    SessionName,
     TurnInput,
     group,
 )
@@ -51,18 +56,48 @@ class TurnSummary:
     finish_reason: str | None
     tool_calls: tuple[str, ...]
     completion_tokens: int | None
+    # A turn the client retried has one TurnSummary per attempt, all with its `turn`: `attempt`
+    # of `attempts`; `think_time` is None for a retry, whose wait is its `backoff`.
+    attempt: int = 1
+    attempts: int = 1
+    backoff: float | None = None
+    retry_count: int | None = None  # the request's x-stainless-retry-count, when it had one
+
+    @property
+    def last_attempt(self) -> bool:
+        return self.attempt == self.attempts
 
 
 @dataclass(frozen=True, slots=True)
 class SessionSummary:
+    """One session: `id` is what it was grouped by, `label` (s1, s2 ...) what people read,
+    `key` its explicit key as people know it (`proxycheck.core.sessions`)."""
+
     id: str
     grouped_by: str
     dialect: str | None
     turns: tuple[TurnSummary, ...]
+    label: str = ""
+    key: str | None = None
 
     @property
     def outcomes(self) -> Counter[str]:
-        return Counter(t.outcome.value for t in self.turns)
+        """Turns by outcome; a retried turn's is its last attempt's."""
+        return Counter(t.outcome.value for t in self.turns if t.last_attempt)
+
+    @property
+    def turn_count(self) -> int:
+        """Conversation turns (`turns` has one entry per exchange, attempts included)."""
+        return sum(1 for t in self.turns if t.attempt == 1)
+
+    @property
+    def retries(self) -> int:
+        return sum(1 for t in self.turns if t.attempt > 1)
+
+    @property
+    def name(self) -> SessionName:
+        attempts = tuple((t.xid, t.attempt, t.attempts) for t in self.turns if t.attempts > 1)
+        return SessionName(self.id, self.label or self.id, self.key, self.grouped_by, attempts)
 
 
 def dialect_of(exchange: RecordedExchange) -> str | None:
@@ -147,6 +182,7 @@ def summarize(
             interrupted=ex.interrupted,
             status=ex.status,
             analysis=analysis,
+            ended_at=ex.t_error if ex.error is not None else ex.t_end,
         )
         facts[ex.xid] = (ex, dialect, analysis, classified)
         key = explicit_key(ex, session_headers, session_fields)
@@ -162,20 +198,26 @@ def summarize(
                 client=ex.conn.client_id if ex.conn else None,
                 route=f"{ex.method} {ex.path}",
                 failed=classified.outcome is not Outcome.OK,
+                retry_count=retry_count(ex),
+                digest=ex.body.sha256,
             )
         )
     out = []
     for session in group(inputs):
         turns = []
-        for n, (xid, think) in enumerate(zip(session.xids, session.think_times), start=1):
+        for i, xid in enumerate(session.xids):
             ex, dialect, analysis, classified = facts[xid]
-            turns.append(_turn(n, ex, dialect, analysis, classified, think))
+            turn = session.turn_numbers[i]
+            turns.append(_turn(turn, ex, dialect, analysis, classified, session.think_times[i], session.attempt_numbers[i],
+                               session.attempts(turn), session.backoffs[i]))  # fmt: skip
         common = Counter(t.dialect for t in turns if t.dialect).most_common(1)
-        out.append(SessionSummary(session.id, session.grouped_by, common[0][0] if common else None, tuple(turns)))
+        dialect = common[0][0] if common else None
+        out.append(SessionSummary(session.id, session.grouped_by, dialect, tuple(turns), session.label, session.key))
     return out
 
 
-def _turn(n: int, ex: RecordedExchange, dialect: str | None, analysis: ResponseAnalysis | None, classified: Any, think: float | None) -> TurnSummary:
+def _turn(n: int, ex: RecordedExchange, dialect: str | None, analysis: ResponseAnalysis | None, classified: Any,
+          think: float | None, attempt: int = 1, attempts: int = 1, backoff: float | None = None) -> TurnSummary:  # fmt: skip
     result = analysis.result if analysis else None
     end = ex.t_end if ex.t_end is not None else ex.t_error
     usage = result.usage if result else None
@@ -199,7 +241,22 @@ def _turn(n: int, ex: RecordedExchange, dialect: str | None, analysis: ResponseA
         finish_reason=result.finish_reason if result else None,
         tool_calls=tuple(c.name or "?" for c in result.tool_calls) if result else (),
         completion_tokens=usage.completion_tokens if usage else None,
+        attempt=attempt,
+        attempts=attempts,
+        backoff=backoff,
+        retry_count=retry_count(ex),
     )
+
+
+RETRY_HEADER = "x-stainless-retry-count"
+
+
+def retry_count(exchange: RecordedExchange) -> int | None:
+    """The SDK's count of its retries of this request (`x-stainless-retry-count`), if it sent one."""
+    value = exchange.request_header(RETRY_HEADER)
+    if not isinstance(value, str) or not value.strip().isdigit():
+        return None
+    return int(value.strip())
 
 
 def to_json(directory: str, sessions: Sequence[SessionSummary], warnings: Sequence[str]) -> dict[str, Any]:
@@ -210,6 +267,8 @@ def to_json(directory: str, sessions: Sequence[SessionSummary], warnings: Sequen
         "sessions": [
             {
                 "id": s.id,
+                "label": s.label or s.id,
+                "key": s.key,
                 "grouped_by": s.grouped_by,
                 "dialect": s.dialect,
                 "turns": [
@@ -233,10 +292,16 @@ def to_json(directory: str, sessions: Sequence[SessionSummary], warnings: Sequen
                         "finish_reason": t.finish_reason,
                         "tool_calls": list(t.tool_calls),
                         "completion_tokens": t.completion_tokens,
+                        "attempt": t.attempt,
+                        "attempts": t.attempts,
+                        "backoff": t.backoff,
+                        "retry_count": t.retry_count,
                     }
                     for t in s.turns
                 ],
                 "outcomes": dict(s.outcomes),
+                "turn_count": s.turn_count,
+                "retries": s.retries,
             }
             for s in sessions
         ],

@@ -1,19 +1,30 @@
 """What the reference engine answers: a deterministic plan of tokens, tool calls and timing.
 
 The reference engine stands in for SGLang/vLLM in tests and demos, so its answers must be
-reproducible: the same request body always gets the same plan (the body's SHA-256 seeds it),
-and its length is exactly the requested maximum (like `ignore_eos`), so replays through
-different routes can be compared event for event. When the request offers tools, some turns
+reproducible: the same request always gets the same plan, and its length is exactly the
+requested maximum (like `ignore_eos`), so replays through different routes can be compared
+event for event. "The same request" means the same content, as a real engine at temperature 0
+answers the same meaning the same way: the seed is the digest of what the model sees
+(`proxycheck.core.requestparts`: the canonical JSON of the messages, system prompt, tools and
+sampling parameters; not the model name, `stream`, `stream_options` or the member order and
+spacing a gateway re-serializes), and the prompt tokens are counted on it too. When the request offers tools, some turns
 answer with tool calls so agent loops can be simulated; after two tool rounds in a row the
 engine answers with text, so every loop ends.
+
+A sampling engine (`proxycheck engine --sampling`, for tests of the differ's noise floor): a
+request that `samples` (temperature above 0 or absent, no seed) gets a random draw mixed into its
+seed, so its words, whether it calls a tool and its finish reason vary from request to request
+as a real engine's do at temperature 1; at temperature 0, or with a seed, it is answered as
+above, the same way every time.
 
 The timing extension: a request body may carry `"proxycheck": {"ttft": S, "token_interval": S}`
 (either key, seconds, 0 to `EXTENSION_MAX_SECONDS`): `ttft` replaces the whole time to the first
 token (the per-KiB model included) and `token_interval` the time between tokens, for that request
 only. Only the reference engine honours it; `proxycheck probe` uses it to ask for slow streams
 (gaps between tokens that test a hop's read timeout) and for big bodies answered at once. It is
-part of the body, so the answer cache, keyed by the body's digest, keeps requests with different
-timings apart. A malformed extension is refused (`timing_extension` raises ValueError).
+not what the model sees, so it does not change the seed; it is part of the body, so the engine's
+answer cache, keyed by the body's raw digest, keeps requests with different timings apart. A
+malformed extension is refused (`timing_extension` raises ValueError).
 """
 
 from __future__ import annotations
@@ -23,6 +34,8 @@ import json
 import random
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
+
+from proxycheck.core.requestparts import Parts, parts_of
 
 DEFAULT_MAX_TOKENS = 16
 EXTENSION = "proxycheck"  # the request body member of the timing extension
@@ -87,6 +100,7 @@ class Timing:
 
 
 def seed_of(body: bytes, extra: int = 0) -> int:
+    """A seed from raw bytes (the engine's per-request fault draws)."""
     return int.from_bytes(hashlib.sha256(body).digest()[:8], "big") ^ extra
 
 
@@ -185,12 +199,19 @@ def plan(
     *,
     tool_call_rate: float = 0.5,
     seed: int = 0,
+    parts: Parts | None = None,
+    draw: int | None = None,
 ) -> Plan:
-    """The deterministic answer to a request (parsed `req`, raw `body` for the seed and size)."""
-    s = seed_of(body, seed)
+    """The deterministic answer to a request: parsed `req`, its `parts` (`parts_of(req)` when not
+    given) for the seed and the prompt tokens, the raw `body` for the time to the first token.
+    `draw`: a sampling engine's random draw for this request (see `samples`), mixed into the
+    seed; a text answer may then also stop on its own before `max_tokens`.
+    RecursionError for a body nested deeper than the interpreter allows."""
+    parts = parts if parts is not None else parts_of(req)
+    s = parts.seed ^ seed ^ (draw or 0)
     rnd = random.Random(s)
     n = max_tokens_of(dialect, req)
-    prompt_tokens = max(1, len(body) // 4)
+    prompt_tokens = max(1, parts.view_size // 4)
     ttft_asked, interval_asked = timing_extension(req)
     ttft = timing.ttft(len(body)) if ttft_asked is None else ttft_asked
     interval = timing.interval if interval_asked is None else interval_asked
@@ -209,22 +230,47 @@ def plan(
         call = PlannedCall(f"call_{s & 0xFFFFFFFFFFFF:012x}", name, fragments)
         finish = "tool_use" if dialect == "anthropic_messages" else "tool_calls"
         return Plan(s, (), (call,), finish, prompt_tokens, ttft, interval)
-    tokens = tuple((" " if i else "") + rnd.choice(_WORDS) for i in range(n))
     ignore_eos = req.get("ignore_eos") is True or (
         isinstance(req.get("sampling_params"), Mapping) and req["sampling_params"].get("ignore_eos") is True
     )
+    stopped = not ignore_eos  # the answer ends on its own at n tokens
+    if draw is not None and not ignore_eos:
+        # Sampled: half the answers reach the length limit, the others stop on their own after
+        # half of it or more (a length within 2x: the finish reason varies, the length class less).
+        stopped = n > 1 and rnd.random() < 0.5
+        n = rnd.randint(max(1, n // 2), n - 1) if stopped else n
+    tokens = tuple((" " if i else "") + rnd.choice(_WORDS) for i in range(n))
     if dialect == "anthropic_messages":
-        finish = "max_tokens" if ignore_eos else "end_turn"
+        finish = "end_turn" if stopped else "max_tokens"
     else:
-        finish = "length" if ignore_eos else "stop"
+        finish = "stop" if stopped else "length"
     return Plan(s, tokens, (), finish, prompt_tokens, ttft, interval)
+
+
+def samples(dialect: str, req: Mapping[str, Any]) -> bool:
+    """Whether a sampling engine answers this request differently each time: its temperature is
+    above 0, or absent (engines default to 1), and it names no seed (vLLM and SGLang make a
+    seeded request's sampling reproducible). At temperature 0 an engine decodes greedily."""
+    params: Any = req
+    seed_name = "seed"
+    if dialect == "sglang_generate":
+        params = req.get("sampling_params")
+        params = params if isinstance(params, Mapping) else {}
+        seed_name = "sampling_seed"
+    temperature = params.get("temperature")
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature <= 0:
+        return False
+    seed = params.get(seed_name) if dialect != "anthropic_messages" else None
+    return not (isinstance(seed, int) and not isinstance(seed, bool))
 
 
 def _arguments_for(schema: Mapping[str, Any], rnd: random.Random) -> dict[str, Any]:
     """Plausible arguments for a JSON schema's properties (strings, numbers, booleans)."""
     props = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
     out: dict[str, Any] = {}
-    for key, spec in list(props.items())[:6]:
+    # In sorted order: the order of members is not content (a gateway that re-serializes the
+    # schema must not change the answer).
+    for key, spec in sorted(props.items())[:6]:
         kind = spec.get("type") if isinstance(spec, Mapping) else None
         if kind in ("integer", "number"):
             out[key] = rnd.randrange(1, 100)

@@ -7,10 +7,17 @@ HTML), so they hold values only.
 
 Verdicts: `healthy` (no route fails), `proxy` (the culprit is the hop whose entry first turns a
 clean route into a failing one), `server` (the reference route, straight to the engine, fails),
-`not-reproduced` (the recording shows failures, no route reproduces them) and `inconclusive`
-(failures were seen, but no route can be told apart from the next one inward with confidence).
+`not-reproduced` (the recording shows failures, no route reproduces them), `inconclusive`
+(failures were seen, but no route can be told apart from the next one inward with confidence)
+and `incomplete` (the run does not hold every route the localizer needed: it was interrupted,
+killed or cut short; the routes missing are named, and what the finished ones show is said as
+"so far", never as a verdict).
 
-`advice` names the setting most likely behind a finding, so a report says what to do next.
+`advice` (`proxycheck.core.advice`, re-exported here) says what to do next, once per hop and kind
+of finding: what was seen, its likely causes and the fix, with the count of exchanges it covers
+(every finding holds the words of the advice it falls under);
+`suggestions` says how to replay for better evidence on content (`--greedy` when the engine
+samples).
 """
 
 from __future__ import annotations
@@ -18,15 +25,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# ENGINE_ADVICE and advice are re-exported: the localizer and the reports take them from here.
+from proxycheck.core.advice import ENGINE_ADVICE as ENGINE_ADVICE
+from proxycheck.core.advice import Advice
+from proxycheck.core.advice import advice as advice
 from proxycheck.core.observation import Observation
 from proxycheck.core.outcomes import Outcome
+from proxycheck.core.sessions import SessionName, label_of
 
 SCHEMA = "proxycheck.verdict/1"
 HEALTHY, PROXY, SERVER, NOT_REPRODUCED, INCONCLUSIVE = "healthy", "proxy", "server", "not-reproduced", "inconclusive"
-VERDICTS = (HEALTHY, PROXY, SERVER, NOT_REPRODUCED, INCONCLUSIVE)
+INCOMPLETE = "incomplete"
+VERDICTS = (HEALTHY, PROXY, SERVER, NOT_REPRODUCED, INCONCLUSIVE, INCOMPLETE)
+CUT_SHORT, NOT_REPLAYED = "cut_short", "not_replayed"  # how a route is missing from a run
 ENGINE = "engine"  # the culprit of a `server` verdict
-ENGINE_ADVICE = ("the engine fails with no proxy in the way: look at the server (its logs, timeouts, "
-                 "limits such as max model length or request size), not at the chain")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +53,29 @@ class NoiseFloor:
     e2e: float = 0.0  # the same for the time to the terminal event
     burst: float = 1.0  # the largest ratio of burstiness between repetitions of one exchange
     tokens: int = 0  # the largest |completion tokens difference|
+    # Later repetitions of an exchange that differ from its first in structure (tool calls,
+    # finish reason, length class), of those compared: the rate a sampling engine's content is
+    # judged against (`proxycheck.core.differ`).
+    content_differs: int = 0
+    content_compared: int = 0
+
+    @property
+    def sampling(self) -> bool:
+        """The floor shows the engine answering one request differently: it samples."""
+        return self.pairs > 0 and not self.deterministic
 
     def to_json(self) -> dict[str, Any]:
         return {
             "reference": self.reference,
             "pairs": self.pairs,
             "deterministic": self.deterministic,
+            "sampling": self.sampling,
             "ttft": round(self.ttft, 6),
             "e2e": round(self.e2e, 6),
             "burst": round(self.burst, 3),
             "tokens": self.tokens,
+            "content_differs": self.content_differs,
+            "content_compared": self.content_compared,
         }
 
 
@@ -58,12 +83,16 @@ class NoiseFloor:
 class Judged:
     """One observed exchange after the differ: the observer's outcome when it failed, otherwise
     what comparing it with the same exchange on the reference route found (`content_mismatch`,
-    `buffered`, `slow`, or `ok`). `reference` is the reference observation it was compared with."""
+    `buffered`, `slow`, or `ok`). `reference` is the reference observation it was compared with.
+    `differs`, when the engine samples and content is judged by rate: what differs in structure
+    from the reference exchange ("" nothing), whatever the route's rate test concluded; None
+    when the exchange was not counted in a rate."""
 
     obs: Observation
     outcome: Outcome
     detail: str = ""
     reference: Observation | None = None
+    differs: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -85,6 +114,7 @@ class Finding:
     outcome: str
     detail: str
     advice: str = ""
+    xid: int | None = None  # the recorded exchange: attempts of one turn are exchanges of their own
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +122,7 @@ class Finding:
             "repetition": self.repetition,
             "session": self.session,
             "turn": self.turn,
+            "exchange": self.xid,
             "outcome": self.outcome,
             "detail": self.detail,
             "advice": self.advice,
@@ -143,6 +174,41 @@ class Evidence:
 
 
 @dataclass(frozen=True, slots=True)
+class MissingRoute:
+    """A route an `incomplete` run lacks: one the run stopped in the middle of (`cut_short`: the
+    exchanges of `repetition` it holds are no evidence, a part of a repetition is not a route
+    replayed) or never began (`not_replayed`)."""
+
+    route: str
+    state: str  # CUT_SHORT or NOT_REPLAYED
+    repetition: int | None = None  # the repetition that was cut short, or the first one missing
+    observed: int = 0  # exchanges of that repetition the run holds (not judged)
+    planned: int | None = None  # exchanges one repetition has, when the run says
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "route": self.route,
+            "state": self.state,
+            "repetition": self.repetition,
+            "observed": self.observed,
+            "planned": self.planned,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SoFar:
+    """What the finished routes of an `incomplete` run point to: the verdict they alone would
+    give, kept apart from the verdict so nothing reads it as one."""
+
+    points_to: str  # a verdict word
+    culprit: str | None
+    summary: str  # in words that say "so far"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"points_to": self.points_to, "culprit": self.culprit, "summary": self.summary}
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     verdict: str
     culprit: str | None  # a hop name, ENGINE for `server`, None otherwise
@@ -156,11 +222,39 @@ class Verdict:
     evidence: Evidence | None = None
     differences: tuple[str, ...] = ()  # not-reproduced: what differed from the recording
     run: str = ""  # the run directory the verdict was made from
+    missing: tuple[MissingRoute, ...] = ()  # incomplete: the routes the run lacks
+    so_far: SoFar | None = None  # incomplete: what the finished routes point to
+    run_status: str = ""  # incomplete: the run's status ("interrupted", "running" after a kill ...)
+    sessions: tuple[SessionName, ...] = ()  # the labels and keys of the sessions observations name
+    advice: tuple[Advice, ...] = ()  # once per hop and kind of finding, over every failing exchange
+    suggestions: tuple[str, ...] = ()  # how to replay for better evidence (`suggestions`)
+
+    def session_label(self, session: str) -> str:
+        """The label (s1, s2 ...) of a session id, as `proxycheck sessions` shows it."""
+        return label_of({n.id: n for n in self.sessions}, session)
+
+    def attempt_of(self, session: str, xid: int | None) -> tuple[int, int]:
+        """(attempt, attempts) of an exchange of a turn the client retried; (1, 1) otherwise."""
+        name = next((n for n in self.sessions if n.id == session), None)
+        return name.attempt_of(xid) if name is not None else (1, 1)
+
+    def _finding_json(self, f: Finding) -> dict[str, Any]:
+        attempt, attempts = self.attempt_of(f.session, f.xid)
+        return {**f.to_json(), "label": self.session_label(f.session), "attempt": attempt, "attempts": attempts}
 
     @property
     def fault_found(self) -> bool:
-        """Exit status 1: a failing route was found (whether or not it could be localized)."""
+        """A failing route was found (whether or not it could be localized)."""
         return self.verdict in (PROXY, SERVER, INCONCLUSIVE)
+
+    @property
+    def fails(self) -> bool:
+        """Exit status 1: a fault was found, or the run is incomplete (no verdict to pass on)."""
+        return self.fault_found or self.verdict == INCOMPLETE
+
+    @property
+    def missing_routes(self) -> list[str]:
+        return [m.route for m in self.missing]
 
     def to_json(self) -> dict[str, Any]:
         """The `check --json` document (schema proxycheck.verdict/1; fields may be added, none
@@ -173,82 +267,41 @@ class Verdict:
             "strategy": self.strategy,
             "first_turn": self.first_turn,
             "routes": [r.to_json() for r in self.routes],
-            "findings": [f.to_json() for f in self.findings],
+            "findings": [self._finding_json(f) for f in self.findings],
             "statistics": self.statistics,
             "noise_floor": self.floor.to_json() if self.floor else None,
             "differences": list(self.differences),
             "run": self.run,
+            "missing_routes": self.missing_routes,
+            "missing": [m.to_json() for m in self.missing],
+            "so_far": self.so_far.to_json() if self.so_far else None,
+            "run_status": self.run_status or None,
+            "sessions": [n.to_json() for n in self.sessions],
+            "suggestions": list(self.suggestions),
+            "advice": [a.to_json() for a in self.advice],
         }
 
 
-def advice(outcome: Outcome, obs: Observation, hop: str | None = None) -> str:
-    """The setting most likely behind a finding, in words a proxy's operator acts on."""
-    where = f"hop {hop}" if hop else "the hop"
-    idle = obs.reused and obs.idle is not None and obs.idle >= 1.0
-    if outcome is Outcome.HTTP_ERROR and obs.status == 413:
-        return (f"{where} limits the request body size (nginx client_max_body_size, HAProxy/Squid body limits): "
-                f"raise it above the largest request ({obs.request_bytes:,} B here)")  # fmt: skip
-    # An HTTP 400 whose quoted body says the headers were too large (nginx: "Request Header Or
-    # Cookie Too Large"; elsewhere "header too long", "header size").
-    text = obs.detail.lower()
-    header_too_large = "header" in text and any(w in text for w in ("too large", "too long", "size"))
-    if outcome is Outcome.HTTP_ERROR and (obs.status in (431, 494) or (obs.status == 400 and header_too_large)):
-        return (f"{where} limits the request header size (nginx large_client_header_buffers, HAProxy "
-                "tune.bufsize, Squid request_header_max_size): raise it above the largest header the "
-                "route sends (a long bearer token, cookies)")  # fmt: skip
-    if outcome is Outcome.HTTP_ERROR and obs.status in (502, 503, 504):
-        if idle:
-            return (f"{where} reused an idle upstream connection the engine had closed ({obs.idle:.1f} s idle): "
-                    "make its upstream keep-alive timeout shorter than the engine's")  # fmt: skip
-        return (f"{where} gave up on the engine (HTTP {obs.status}): its upstream read/connect timeout "
-                "(nginx proxy_read_timeout, HAProxy timeout server) is shorter than a long prefill")  # fmt: skip
-    if outcome is Outcome.HTTP_ERROR:
-        return f"{where} answered HTTP {obs.status} where the engine answers 2xx: see its error log"
-    # A response that had begun (headers came) shows the reused connection was alive: not a stale one.
-    if outcome in (Outcome.RESET, Outcome.CONNECT_ERROR, Outcome.STALL_BEFORE_HEADERS) and idle and obs.headers is None:
-        return (f"the request went on a connection idle for {obs.idle:.1f} s and failed: {where} (or the engine) "
-                "closes idle keep-alive connections sooner than the client reuses them")  # fmt: skip
-    if outcome is Outcome.RESET:
-        text = f"{where} closed the connection mid-response: its response/read timeout or a connection limit"
-        # How long nothing came before the cut (headers and events are timed from the request).
-        last = max([t for t in (obs.headers, *(e.t for e in obs.events)) if t is not None], default=None)
-        quiet = obs.end - last if obs.end is not None and last is not None else None
-        if quiet is not None and quiet >= 0.5:
-            text += (f"; it closed after {quiet:.1f} s without data, so most likely its read timeout (nginx "
-                     "proxy_read_timeout, HAProxy timeout server, Squid read_timeout) is shorter than the "
-                     "engine's prefill or its gaps between tokens")  # fmt: skip
-        return text
-    if outcome is Outcome.CONNECT_ERROR:
-        return f"{where} cannot be reached (or its TLS is not trusted): check its address and certificate"
-    if outcome is Outcome.STALL_BEFORE_HEADERS:
-        return (f"{where} holds the response headers back: it buffers the response, or waits on the engine "
-                "longer than the client does (a long prefill); do not buffer text/event-stream")  # fmt: skip
-    if outcome in (Outcome.STALL_BEFORE_FIRST_EVENT, Outcome.STALL_MID_STREAM):
-        return (f"{where} stops passing events on: response buffering (nginx proxy_buffering off, or "
-                "X-Accel-Buffering: no), or a read timeout shorter than the gaps between tokens")  # fmt: skip
-    if outcome is Outcome.TRUNCATED:
-        return (f"{where} ends streams before their terminal event: its response timeout, "
-                "or an SSE-unaware filter")  # fmt: skip
-    if outcome is Outcome.MALFORMED_STREAM:
-        return f"{where} alters the stream (compression or rewriting of text/event-stream): exempt SSE"
-    if outcome is Outcome.REQUEST_MUTATED:
-        return (f"{where} changes request bodies (a gateway trimming context, a body rewrite): "
-                "the engine got other bytes")  # fmt: skip
-    if outcome is Outcome.CONTENT_MISMATCH:
-        return (f"{where} changes what the model sees or says (context trimming, a rewrite): "
-                "compare the bodies it forwards")  # fmt: skip
-    if outcome is Outcome.BUFFERED and obs.response_header("content-encoding") not in (None, "", "identity"):
-        encoding = obs.response_header("content-encoding")
-        return (f"{where} compresses text/event-stream (Content-Encoding: {encoding}) and delivers it in bursts: "
-                "exclude text/event-stream from compression (nginx gzip_types), and do not buffer it "
-                "(proxy_buffering off, X-Accel-Buffering: no)")  # fmt: skip
-    if outcome is Outcome.BUFFERED:
-        return (f"{where} buffers the stream and delivers it in bursts: proxy_buffering off, X-Accel-Buffering: "
-                "no (nginx); option http-no-delay (HAProxy, which otherwise holds small writes back "
-                "up to 200 ms)")  # fmt: skip
-    if outcome is Outcome.SLOW:
-        return f"{where} adds latency beyond the noise floor: its queueing, connection limits or TLS set-up"
-    return ""
+def suggestions(floor: NoiseFloor | None, greedy: bool, repetitions: int = 2) -> tuple[str, ...]:
+    """What would make the evidence on content stronger, from the noise floor, whether the replay
+    asked for greedy decoding (`--greedy`) and how often the reference route was replayed: a
+    sampling engine is judged by rates only, and one repetition cannot judge content at all."""
+    if floor is None or repetitions == 0:
+        return ()
+    if repetitions == 1:
+        return (f"{floor.reference} was replayed once, so whether the engine samples is unknown and content was "
+                f"not compared: replay {floor.reference} at least twice (--repeat 2)",)  # fmt: skip
+    if not floor.sampling:
+        return ()
+    seen = (f"{floor.content_differs}/{floor.content_compared} exchanges differed in structure between "
+            f"{floor.reference}'s own repetitions")  # fmt: skip
+    if greedy:
+        return (f"the engine answered differently between {floor.reference} replays even with --greedy ({seen}): "
+                "it is not deterministic at temperature 0 (batching; SGLang --enable-deterministic-inference, "
+                "vLLM batch-invariant kernels), so content was judged by rates only",)  # fmt: skip
+    return (f"the engine answers one request differently each time ({seen}), so content was judged by rates "
+            "only: replay with --greedy (temperature 0 and a fixed seed in every request, on every route) to "
+            "compare it exchange by exchange",)  # fmt: skip
 
 
 def _opt_round(value: float | None) -> float | None:

@@ -10,16 +10,42 @@ non-streamed answer. Shapes follow vLLM's OpenAI server (chunk objects, `usage` 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from proxycheck.core import requestparts
+from proxycheck.core.requestparts import Parts
 from proxycheck.core.synth import Plan
 
 # Headers of every reference-engine response: the digest and size of the request body as the
 # engine received it, so a hop that altered the request is caught by comparing with what was sent.
 SHA_HEADER = "x-proxycheck-request-sha256"
 BYTES_HEADER = "x-proxycheck-request-bytes"
+# With a JSON body, also: the digest of its canonical JSON (a re-serialized body has the same),
+# and the parts of what the model sees (`proxycheck.core.requestparts`), so a client can tell
+# a hop that re-serializes from one that changes the conversation, and say what changed.
+CANONICAL_HEADER = requestparts.CANONICAL_HEADER
+PARTS_HEADER = requestparts.PARTS_HEADER
+
+
+def received_headers(body: bytes, doc: Any = None, is_json: bool | None = None) -> tuple[dict[str, str], Parts | None]:
+    """The headers that describe a request body as the engine received it, and its parts (None
+    when it is not JSON). `doc` is the body already parsed, when `is_json` says it was."""
+    headers = {SHA_HEADER: hashlib.sha256(body).hexdigest(), BYTES_HEADER: str(len(body))}
+    if is_json is None:
+        is_json, doc = requestparts.parse(body)
+    if not is_json:
+        return headers, None
+    try:
+        canonical = hashlib.sha256(requestparts.canonical_json(doc)).hexdigest()
+        parts = requestparts.parts_of(doc)
+    except RecursionError:  # nested deeper than the interpreter allows: the raw digest only
+        return headers, None
+    headers[CANONICAL_HEADER] = canonical
+    headers[PARTS_HEADER] = requestparts.encode_parts(parts)
+    return headers, parts
 
 
 @dataclass(frozen=True, slots=True)

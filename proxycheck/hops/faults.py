@@ -21,6 +21,9 @@ How each fault works in mitmproxy 11 (checked in `mitmproxy/proxy/layers/http/__
   comment: bytes flow, content does not.
 * drop terminal: the stream callable leaves out `[DONE]` / `message_stop` /
   `response.completed`; the response then ends cleanly.
+* hold open: every event goes through (with drop terminal, all but the terminal marker), and
+  the `response` hook holds the end of the body as a stall does: a gateway that never ends the
+  stream after its last event.
 * reset after K events: `flow.kill()` cannot act mid-stream (mitmproxy checks for a kill only at
   its hooks, see mitmproxy issue 4711), so the addon closes the client connection itself through
   the proxyserver's connection handler (`close_connection`), right after the K-th event is
@@ -35,18 +38,26 @@ How each fault works in mitmproxy 11 (checked in `mitmproxy/proxy/layers/http/__
   for every flow it forwarded, and removing an id from a set is idempotent, so each flow frees
   its slot exactly once. A request that arrives while N flows are in flight is answered 429 with
   `retry-after: 1` in `request`, like the 413, and never counts itself.
+* status first: the first N LLM requests past the `min_body` and `from_turn` gates are answered
+  `status_code` (504 by default) in `request`, like the 413, without contacting the upstream;
+  the ones after go through. The count is the hop's own, in order of arrival: an SDK that
+  retries a 504 twice gets through on its third attempt when N is 2.
 * delay headers: an async `responseheaders` hook that sleeps.
 * idle blackhole: the addon remembers when the last response on each client connection ended;
   the next LLM request after more than I idle seconds is held in an async `request` hook until
   the client leaves (at most `stall_seconds`), then killed, and never reaches the upstream.
 * truncate messages: `request` rewrites the JSON body (`truncate_messages`).
+* reserialize: `request` parses the JSON body and writes the same JSON another way
+  (`reserialize_json`), after any truncation, as a gateway that parses and re-dumps requests
+  does: the content is unchanged, the bytes are not.
 * probability and seed: one seeded draw per LLM flow (`ssefilter.coin`), in order of arrival.
 
-Gates: the probability draw gates every fault. Stall, keep-alive stall, drop terminal and reset
-also need a request body larger than `min_body` and a turn >= `from_turn`, and act only on SSE
-responses that are not content-encoded (a JSON answer has no events to count). With both stall
-and reset on, the smaller K wins; on a tie, the reset. With buffer on as well, the stream faults
-apply to the buffered body: a stall then holds the whole response, a reset sends none.
+Gates: the probability draw gates every fault. Stall, keep-alive stall, drop terminal, reset
+and status first also need a request body larger than `min_body` and a turn >= `from_turn`; the
+stream faults act only on SSE responses that are not content-encoded (a JSON answer has no
+events to count). With both stall and reset on, the smaller K wins; on a tie, the reset. With
+buffer on as well, the stream faults apply to the buffered body: a stall then holds the whole
+response, a reset sends none.
 
 A hook that raises is caught: the error is logged once for that flow, and the flow goes on
 unfaulted (an SSE response then streams through). Each fault that fires is logged at info
@@ -72,7 +83,7 @@ from mitmproxy.connection import Client, ConnectionState
 from proxycheck.core import dialects
 from proxycheck.core.ssefilter import SSEFilter, coin, truncate_messages, turn_number
 
-__all__ = ["PREFIX", "FaultConfig", "Faults", "parse_config"]
+__all__ = ["PREFIX", "FaultConfig", "Faults", "parse_config", "reserialize_json"]
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +120,13 @@ _OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
         "Drop the terminal marker ([DONE], message_stop, response.completed): the stream ends cleanly without it.",
     ),
     ("reset_after", int, -1, "Close the client connection after forwarding K events of an SSE response (-1: off)."),
+    (
+        "hold_open",
+        bool,
+        False,
+        "Forward every event, then hold the end of the response for stall_seconds and drop the connection "
+        "(with drop_terminal: held open after the finish reason, without the terminal marker).",
+    ),
     ("min_body", int, 0, "Stall, drop_terminal and reset only requests whose body is larger than this (bytes)."),
     (
         "from_turn",
@@ -124,6 +142,14 @@ _OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
         "Answer 429, without contacting the upstream, to a request that arrives while this many LLM requests "
         "are in flight through the hop, like a gateway's parallel-request limit (0: off).",
     ),
+    (
+        "status_first",
+        int,
+        0,
+        "Answer status_code, without contacting the upstream, to the first N LLM requests that pass the "
+        "min_body and from_turn gates, like a gateway timing out on an engine that then recovers (0: off).",
+    ),
+    ("status_code", int, 504, "The status status_first answers (default 504)."),
     ("delay_headers", str, "0", "Delay the response headers by this many seconds (a float; 0: off)."),
     (
         "idle_blackhole",
@@ -137,6 +163,13 @@ _OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
         int,
         0,
         "Cut the request's message list to its last N messages, leading system messages kept (0: off).",
+    ),
+    (
+        "reserialize",
+        bool,
+        False,
+        "Re-serialize JSON request bodies as a gateway does: the same content, other bytes (members in "
+        "reverse order, spaces, \\u escapes, float parameters spelled 1.0).",
     ),
     ("probability", str, "1", "Probability that a flow's faults fire: one seeded draw per LLM flow (a float)."),
     ("seed", int, 0, "Seed of the per-flow draws."),
@@ -153,13 +186,17 @@ class FaultConfig:
     stall_keepalive: bool = False
     drop_terminal: bool = False
     reset_after: int = -1
+    hold_open: bool = False
     min_body: int = 0
     from_turn: int = 1
     max_body: int = 0
     max_concurrent: int = 0
+    status_first: int = 0
+    status_code: int = 504
     delay_headers: float = 0.0
     idle_blackhole: float = 0.0
     truncate_messages: int = 0
+    reserialize: bool = False
     probability: float = 1.0
     seed: int = 0
 
@@ -176,7 +213,7 @@ class FaultConfig:
 
     @property
     def filters_stream(self) -> bool:
-        return self.cut_after is not None or self.drop_terminal
+        return self.cut_after is not None or self.drop_terminal or self.hold_open
 
     def describe(self) -> str:
         """The options that differ from their defaults, as `name=value` (empty: no fault)."""
@@ -206,6 +243,12 @@ class _Reader:
             self.problems.append(f"{PREFIX}{name} must be >= {minimum}, not {value}")
         return value
 
+    def status(self, name: str) -> int:
+        value = self.raw(name)
+        if not 100 <= value <= 599:
+            self.problems.append(f"{PREFIX}{name} must be an HTTP status (100-599), not {value}")
+        return value
+
     def number(self, name: str, *, positive: bool = False, at_most: float | None = None) -> float:
         text = self.raw(name)
         try:
@@ -232,13 +275,17 @@ def parse_config(options: Any) -> FaultConfig:
         stall_keepalive=read.raw("stall_keepalive"),
         drop_terminal=read.raw("drop_terminal"),
         reset_after=read.integer("reset_after", -1),
+        hold_open=read.raw("hold_open"),
         min_body=read.integer("min_body", 0),
         from_turn=read.integer("from_turn", 1),
         max_body=read.integer("max_body", 0),
         max_concurrent=read.integer("max_concurrent", 0),
+        status_first=read.integer("status_first", 0),
+        status_code=read.status("status_code"),
         delay_headers=read.number("delay_headers"),
         idle_blackhole=read.number("idle_blackhole"),
         truncate_messages=read.integer("truncate_messages", 0),
+        reserialize=read.raw("reserialize"),
         probability=read.number("probability", at_most=1.0),
         seed=read.raw("seed"),
     )
@@ -288,6 +335,33 @@ def _json_object(body: bytes) -> dict | None:
     return doc if type(doc) is dict else None
 
 
+# Parameters a gateway's typed models hold as floats: an integer given there comes out as 1.0.
+_FLOAT_PARAMS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+
+
+def reserialize_json(body: bytes) -> bytes | None:
+    """The same JSON object written another way, as a gateway that parses requests into its own
+    models and dumps them again does: members in reverse order at every level, `", "` and `": "`
+    separators, every non-ASCII character as a \\u escape, and integers in float parameters
+    spelled as floats (`1` -> `1.0`). None when the body is not a JSON object."""
+    doc = _json_object(body)
+    if doc is None:
+        return None
+    for name in _FLOAT_PARAMS:
+        value = doc.get(name)
+        if type(value) is int:
+            doc[name] = float(value)
+    return json.dumps(_reversed(doc), ensure_ascii=True, separators=(", ", ": ")).encode("ascii")
+
+
+def _reversed(doc: Any) -> Any:
+    if type(doc) is dict:
+        return {k: _reversed(v) for k, v in reversed(list(doc.items()))}
+    if type(doc) is list:
+        return [_reversed(v) for v in doc]
+    return doc
+
+
 def _client_gone(client: Client) -> bool:
     """True once the client closed its side (mitmproxy clears CAN_READ on EOF)."""
     return not client.state & ConnectionState.CAN_READ
@@ -313,6 +387,7 @@ class Faults:
         self._last_done: dict[str, float] = {}
         # ids of the LLM flows forwarded upstream whose response has not ended (max_concurrent)
         self._in_flight: set[str] = set()
+        self._statuses_sent = 0  # requests answered by status_first so far
 
     # ---------------------------------------------------------------------------------------
     # options
@@ -417,8 +492,11 @@ class Faults:
             return
         if self._maybe_too_many(flow, plan):
             return
+        if self._maybe_status_first(flow, plan):
+            return
         self._in_flight.add(flow.id)  # no await since the check: no other request can slip in between
         self._maybe_truncate(flow, plan, body)
+        self._maybe_reserialize(flow, plan)
         cfg = self.config
         plan.stream_faults = (
             plan.fires and cfg.filters_stream and plan.body_bytes > cfg.min_body and plan.turn >= cfg.from_turn
@@ -453,6 +531,20 @@ class Faults:
         self._fired(flow, plan, "max_concurrent", f"answered 429 without contacting the upstream: {message}")
         return True
 
+    def _maybe_status_first(self, flow: http.HTTPFlow, plan: _Plan) -> bool:
+        cfg = self.config
+        if self._statuses_sent >= cfg.status_first or not plan.fires:
+            return False
+        if plan.body_bytes <= cfg.min_body or plan.turn < cfg.from_turn:
+            return False
+        self._statuses_sent += 1
+        message = f"answered {cfg.status_code} to LLM request {self._statuses_sent} of the first {cfg.status_first}"
+        flow.response = http.Response.make(cfg.status_code, _error_body(cfg.status_code, message),
+                                           {"content-type": "application/json"})  # fmt: skip
+        plan.answered = True
+        self._fired(flow, plan, "status_first", f"{message}, without contacting the upstream")
+        return True
+
     async def _maybe_blackhole(self, flow: http.HTTPFlow, plan: _Plan) -> bool:
         limit = self.config.idle_blackhole
         last = self._last_done.get(flow.client_conn.id)
@@ -478,6 +570,16 @@ class Faults:
         self._fired(
             flow, plan, "truncate_messages", f"messages cut to the last {keep}: body {len(body)} -> {len(cut)} bytes"
         )
+
+    def _maybe_reserialize(self, flow: http.HTTPFlow, plan: _Plan) -> None:
+        if not self.config.reserialize or not plan.fires:
+            return
+        body = flow.request.content or b""
+        again = reserialize_json(body)
+        if again is None:
+            return
+        flow.request.content = again  # also fixes Content-Length
+        self._fired(flow, plan, "reserialize", f"body re-serialized: {len(body)} -> {len(again)} bytes")
 
     # ---------------------------------------------------------------------------------------
     # responses
@@ -600,11 +702,19 @@ class Faults:
             flow.response.content = flt.feed(body) + flt.close()  # type: ignore[union-attr]
             self._after_filter(flow, plan, flt)
         if not flt.cut_passed:
+            if self.config.hold_open:
+                self._fired(flow, plan, "hold_open", "every event forwarded; the end of the body held")
+                await self._hold_then_drop(flow, plan)
             return
         if self.config.cut_is_reset:
             if plan.buffered or not plan.reset_sent:
                 _kill(flow)  # buffered: nothing was sent yet, the client gets no response at all
             return
+        await self._hold_then_drop(flow, plan)
+
+    async def _hold_then_drop(self, flow: http.HTTPFlow, plan: _Plan) -> None:
+        """Hold the end of the body for stall_seconds (or until the client leaves), then drop the
+        connection: the client sees silence and a cut body, never a clean end."""
         if not await self._hold(flow, self.config.stall_seconds):
             self._fired(flow, plan, "stall_end", f"stall of {self.config.stall_seconds:g} s over: connection dropped")
             _kill(flow)  # a wedged hop that gives up: the client sees a cut body, not a clean end

@@ -70,7 +70,6 @@ recording never mixes two clocks. Chunk arrivals and ends are read from the mono
 # in sys.modules, and dataclasses then cannot resolve string annotations (see docs/mitmproxy.md).
 import asyncio
 import logging
-import re
 import time
 import weakref
 from array import array
@@ -88,6 +87,7 @@ from mitmproxy.version import VERSION as MITMPROXY_VERSION
 from proxycheck.core import dialects
 from proxycheck.core.capture import ConnectionBook, coalesce, header_text, safe_mode, tee_response
 from proxycheck.core.errors import StorageError
+from proxycheck.core.httpsyntax import HEADER_NAME
 from proxycheck.core.redact import RedactionPolicy
 from proxycheck.core.sessions import DEFAULT_SESSION_HEADERS
 from proxycheck.io.storage import RecordingWriter
@@ -102,7 +102,6 @@ FLUSH_EVERY = 0.5  # seconds between timer flushes: kill -9 loses at most about 
 COALESCE = 0.001  # chunks arriving within this many seconds of each other are journaled as one
 HOLD_MAX = 256 << 10  # bytes held for one exchange before they go to the writer without the timer
 THREAD_BODY = 256 << 10  # request bodies at least this large are journaled in a worker thread
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 
 # (name without PREFIX, type, default, help)
 _OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
@@ -190,8 +189,8 @@ def _bad_names(raw: dict[str, Any]) -> list[str]:
     """Problems with the header names, query names and body paths among the options."""
     problems = []
     checks: tuple[tuple[str, Callable[[str], bool], str], ...] = (
-        ("redact_headers", lambda v: bool(_TOKEN.match(v)), "a header name"),
-        ("session_header", lambda v: bool(_TOKEN.match(v)), "a header name"),
+        ("redact_headers", lambda v: bool(HEADER_NAME.fullmatch(v)), "a header name"),
+        ("session_header", lambda v: bool(HEADER_NAME.fullmatch(v)), "a header name"),
         ("redact_query", lambda v: bool(v) and not set(v) & set("&=#"), "a query parameter name"),
         ("redact_body", lambda v: all(v.split(".")), "a dotted JSON path"),
     )

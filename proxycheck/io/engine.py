@@ -9,10 +9,18 @@ per-KB of prompt, then one token per interval, each event written as soon as it 
 A request may ask for its own timing with the body member `"proxycheck": {"ttft": S,
 "token_interval": S}` (`proxycheck.core.synth`, "The timing extension"; a malformed one gets a
 400): `proxycheck probe` asks for slow streams with it. Every response carries
-`x-proxycheck-request-sha256` and `x-proxycheck-request-bytes` of the body as received, so a hop
-that alters requests is caught. Idle keep-alive connections are closed
+`x-proxycheck-request-sha256` and `x-proxycheck-request-bytes` of the body as received and, for
+a JSON body, `x-proxycheck-request-canonical-sha256` (its canonical JSON) and
+`x-proxycheck-request-parts` (what the model sees, part by part: `proxycheck.core.wire.
+received_headers`), so a hop that alters requests is caught, told from one that only
+re-serializes them, and described. Idle keep-alive connections are closed
 after `keepalive_timeout` (5 s by default, like vLLM's uvicorn server), so hops that reuse stale
 pooled connections fail here as they do in production.
+
+With `EngineConfig.sampling` (`proxycheck engine --sampling`) a request that samples
+(temperature above 0 or absent, and no seed: `synth.samples`) is answered with a fresh random
+draw each time, as a real engine at temperature 1: other words, tool calls or not, other finish
+reasons; at temperature 0 or with a seed it is answered the same way every time.
 
 Replay mode (`EngineConfig.replay`, `proxycheck engine --replay DIR`): every POST, on any path,
 is answered with a recorded response instead, chosen by `proxycheck.core.replaymatch` (which also
@@ -40,12 +48,13 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 from multidict import CIMultiDict
 
-from proxycheck.core import synth, wire
+from proxycheck.core import requestparts, synth, wire
 from proxycheck.core.faultspec import ActiveFaults, FaultSpec, active_faults
 from proxycheck.core.replaymatch import COMPLETE, HOLD, Match, NoMatch, ReplayMatcher, ReplayPlan, plan_replay
 from proxycheck.core.sessions import turn_number
 
 SHA_HEADER, BYTES_HEADER = wire.SHA_HEADER, wire.BYTES_HEADER
+CANONICAL_HEADER, PARTS_HEADER = wire.CANONICAL_HEADER, wire.PARTS_HEADER
 TURN_HEADER = "x-proxycheck-turn"
 MATCH_HEADER = "x-proxycheck-replay-match"
 # How often a held (wedged) response looks whether its client is still there.
@@ -73,9 +82,11 @@ class EngineConfig:
     replay: ReplayMatcher | None = None  # answer with a recording instead of synthetic answers
     replay_speed: float = 1.0  # recorded times are divided by this; 0 = no waiting
     jitter: float = 0.0  # each answer's TTFT and token interval scaled by a random 1 +- jitter
+    sampling: bool = False  # a request that samples (`synth.samples`) is answered anew each time
 
 
 _JITTER = random.Random()  # not seeded: timing jitter differs from run to run, on purpose
+_SAMPLING = random.Random()  # not seeded either: a sampling engine's draws differ from run to run
 
 
 class _Closed(Exception):
@@ -89,6 +100,9 @@ class Engine:
         self.config = config
         self.requests = 0
         self._cache: dict[tuple[str, str, bool, str], tuple[synth.Plan, wire.Wire]] = {}
+        # What each body received is, by its raw digest: a replay sends the same bodies again and
+        # again, and describing one walks all of it.
+        self._received: dict[str, tuple[dict[str, str], requestparts.Parts | None]] = {}
         # Set when the server stops, so held (wedged) replays let go instead of delaying it.
         self.stopping = asyncio.Event()
 
@@ -122,13 +136,14 @@ class Engine:
         start = time.monotonic()
         body = await request.read()
         self.requests += 1
-        digest = _digest(body)
-        try:
-            req = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        is_json, req = requestparts.parse(body)
+        digest, parts = self._describe(body, is_json, req)
+        if not is_json:
             return _error(400, "the request body is not JSON", digest)
         if not isinstance(req, dict):
             return _error(400, "the request body is not a JSON object", digest)
+        if parts is None:
+            return _error(400, "the request body is nested too deeply", digest)
         try:
             synth.timing_extension(req)  # checked before planning, so a bad one is a 400, not a 500
         except ValueError as exc:
@@ -136,7 +151,8 @@ class Engine:
         turn = turn_number(req)
         digest[TURN_HEADER] = str(turn)
         faults = active_faults(self.config.faults, turn=turn, draw=synth.seed_of(body, self.config.seed + self.requests))
-        plan, encoded = self._answer(dialect, req, body, digest[SHA_HEADER])
+        draw = _SAMPLING.getrandbits(64) if self.config.sampling and synth.samples(dialect, req) else None
+        plan, encoded = self._answer(dialect, req, body, digest[SHA_HEADER], parts, draw)
         if self.config.jitter:
             # Timing varies between identical requests, as a real engine's does (the content
             # does not): what a noise floor must absorb.
@@ -162,18 +178,36 @@ class Engine:
             return resp
         return resp
 
-    def _answer(self, dialect: str, req: dict[str, Any], body: bytes, sha: str) -> tuple[synth.Plan, wire.Wire]:
+    def _describe(self, body: bytes, is_json: bool, doc: Any) -> tuple[dict[str, str], requestparts.Parts | None]:
+        """The headers describing the body as received (a fresh dict: the caller adds to it) and
+        its parts (None when it is not JSON)."""
+        sha = hashlib.sha256(body).hexdigest()
+        known = self._received.get(sha)
+        if known is None:
+            known = wire.received_headers(body, doc, is_json)
+            if len(self._received) >= _CACHE_SIZE:
+                self._received.pop(next(iter(self._received)))
+            self._received[sha] = known
+        return dict(known[0]), known[1]
+
+    def _answer(self, dialect: str, req: dict[str, Any], body: bytes, sha: str,
+                parts: requestparts.Parts, draw: int | None = None) -> tuple[synth.Plan, wire.Wire]:
         """The plan and its wire bytes; cached, because a replay sends the same bodies again and
-        again and the engine must never be what limits a benchmark."""
+        again and the engine must never be what limits a benchmark. The key is the raw digest:
+        the timing extension and the body size (the time to the first token) are in the bytes.
+        A sampled answer (`draw`, `--sampling`) is planned anew, never cached."""
         options = req.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         model = str(req.get("model") or self.config.model)
         key = (dialect, sha, include_usage, model)
-        cached = self._cache.get(key)
+        cached = self._cache.get(key) if draw is None else None
         if cached is None:
             cfg = self.config
-            plan = synth.plan(dialect, req, body, cfg.timing, tool_call_rate=cfg.tool_call_rate, seed=cfg.seed)
+            plan = synth.plan(dialect, req, body, cfg.timing, tool_call_rate=cfg.tool_call_rate, seed=cfg.seed,
+                              parts=parts, draw=draw)
             cached = (plan, wire.encode(dialect, plan, wire.Meta(model, int(time.time()), include_usage)))
+            if draw is not None:
+                return cached
             if len(self._cache) >= _CACHE_SIZE:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = cached
@@ -209,7 +243,9 @@ class Engine:
             await self._hold(request, faults.stall_seconds)
             _hang_up(request)
             raise _Closed
-        if faults.close_after is not None and sent >= faults.close_after:
+        # K at or past the last event: the whole stream, terminal marker too, then the hang-up
+        # before the body's end (a hop that cuts the connection right after [DONE]).
+        if faults.close_after is not None and sent >= min(faults.close_after, len(events)):
             _hang_up(request)
             raise _Closed
         try:
@@ -225,7 +261,7 @@ class Engine:
         # Recorded times start when the recorder had the whole request, so ours start here too.
         start = time.monotonic()
         self.requests += 1
-        headers = _digest(body)
+        headers = self._describe(body, *requestparts.parse(body))[0]
         matcher = self.config.replay
         if matcher is None:  # this route is installed in replay mode only
             raise web.HTTPNotFound()
@@ -296,10 +332,6 @@ class Engine:
                 await asyncio.wait_for(self.stopping.wait(), wait)
             except TimeoutError:
                 pass
-
-
-def _digest(body: bytes) -> dict[str, str]:
-    return {SHA_HEADER: hashlib.sha256(body).hexdigest(), BYTES_HEADER: str(len(body))}
 
 
 def _replay_headers(plan: ReplayPlan, extra: dict[str, str]) -> CIMultiDict[str]:

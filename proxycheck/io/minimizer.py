@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 from proxycheck.core.ddmin import Bisect, Budget, Candidate, DDMin, Trials
 from proxycheck.core.errors import BadInput
 from proxycheck.core.outcomes import Outcome
+from proxycheck.core.sessions import attempt_text
 from proxycheck.core.shrink import drop_units, message_units, shrink_to
 
 SUMMARY_FILE = "minimized.json"
@@ -115,12 +116,14 @@ async def minimize(
     watchdogs: Any = None,
     any_failure: bool = False,
     culprit: dict[str, Any] | None = None,
+    greedy: bool = False,
 ) -> MinimizeResult:
     """Minimize the recording at `recording_dir` against `route_name` of `chain` into `out`.
     `culprit`: how the route was found, when the command looked for it (kept in the summary);
-    `watchdogs`: the replays' (default: derived from the recording)."""
+    `watchdogs`: the replays' (default: derived from the recording); `greedy`: every replay with
+    greedy sampling parameters (`--greedy`)."""
     m = _Minimizer(recording_dir, chain, route_name, budget, progress or (lambda _: None),
-                   watchdogs=watchdogs, any_failure=any_failure)  # fmt: skip
+                   watchdogs=watchdogs, any_failure=any_failure, greedy=greedy)  # fmt: skip
     m.culprit = culprit
     try:
         return await m.run(out)
@@ -130,7 +133,8 @@ async def minimize(
 
 class _Minimizer:
     def __init__(self, recording_dir: str, chain: Any, route_name: str, budget: Budget,
-                 progress: Callable[[str], None], *, watchdogs: Any, any_failure: bool) -> None:  # fmt: skip
+                 progress: Callable[[str], None], *, watchdogs: Any, any_failure: bool,
+                 greedy: bool = False) -> None:  # fmt: skip
         from proxycheck.commands.replay import load_sessions
         from proxycheck.io.storage import load
 
@@ -143,7 +147,7 @@ class _Minimizer:
             from proxycheck.core.replayplan import derive_watchdogs
 
             watchdogs = derive_watchdogs(self.original)
-        self.options = minimize_options(watchdogs)
+        self.options = minimize_options(watchdogs, chain, greedy=greedy)
         self.budget = budget
         self.say = progress
         # Over the direct route (an engine failure) there is no clean reference to check against.
@@ -161,6 +165,7 @@ class _Minimizer:
         self.best: _Found | None = None
         self.complete = True
         self.by_xid = {t.xid: (s.id, t) for s in self.original for t in s.turns}
+        self.labels = {s.id: s.name.label for s in self.original}  # as `proxycheck sessions` names them
 
     # ------------------------------------------------------------------------------ plumbing
 
@@ -379,7 +384,7 @@ class _Minimizer:
     async def bisect_think(self) -> dict[str, Any] | None:
         assert self.best is not None
         _, xid, turn = self.trigger()
-        think = turn.think_time
+        think = turn.backoff if turn.attempt > 1 else turn.think_time  # a retry waits its backoff
         if not think or think < THINK_MIN or self.exhausted():
             return None
         state = self.best.state
@@ -416,7 +421,8 @@ class _Minimizer:
         session, original_turn = self.by_xid[xid]
         write_subset(self.recording, best.state.xids, out, bodies=best.state.bodies, shifts=best.state.shifts,
                      source={"minimized_for": self.route.name})  # fmt: skip
-        kept = [{"session": self.by_xid[x][0], "turn": self.by_xid[x][1].turn, "xid": x} for x in best.state.xids]
+        kept = [{"session": self.by_xid[x][0], "label": self.labels[self.by_xid[x][0]], "turn": self.by_xid[x][1].turn,
+                 "xid": x} for x in best.state.xids]  # fmt: skip
         summary: dict[str, Any] = {
             "schema": SCHEMA,
             "recording": str(self.recording_dir),
@@ -430,12 +436,16 @@ class _Minimizer:
             "kept": kept,
             "trigger": {
                 "session": session,
+                "label": self.labels[session],
                 "turn": original_turn.turn,
+                "attempt": original_turn.attempt,
+                "attempts": original_turn.attempts,
                 "xid": xid,
                 "request_bytes": len(turn.body),
                 "recorded_request_bytes": len(original_turn.body),
                 "think_time": turn.think_time,
                 "recorded_think_time": original_turn.think_time,
+                "backoff": turn.backoff,  # a retry's wait before it, instead of a think time
                 "outcome": obs.outcome.value,
                 "detail": obs.detail,
                 "status": obs.status,
@@ -448,6 +458,7 @@ class _Minimizer:
                 "failed": self.trials.k, "runs": self.trials.n, "tries_per_candidate": self.trials.tries,
                 "deterministic": self.trials.deterministic, "summary": self.trials.summary(),
             },  # fmt: skip
+            "greedy": self.options.greedy,  # replayed with --greedy: the reproducer needs it too
             "candidates": len(self.tries),
             "tries": sum(self.tries),
             "replays": self.budget.spent,
@@ -472,23 +483,29 @@ def _smallest(body: bytes) -> bytes | None:
     return None
 
 
-def minimize_options(watchdogs: Any) -> Any:
-    """How minimize replays: at the recorded pace, exact bodies, every turn even after a failure."""
+def minimize_options(watchdogs: Any, chain: Any = None, *, greedy: bool = False) -> Any:
+    """How minimize replays: at the recorded pace, exact bodies (with greedy sampling parameters
+    when `greedy`), every turn even after a failure (and, with the chain, stopping at a refused
+    credential as every replay does)."""
     from proxycheck.io.replayer import ReplayOptions
 
-    return ReplayOptions(watchdogs=watchdogs, pace="recorded", mode="exact", on_fail="continue")
+    return ReplayOptions(watchdogs=watchdogs, pace="recorded", mode="exact", on_fail="continue", chain=chain,
+                         greedy=greedy)  # fmt: skip
 
 
 def describe(summary: dict[str, Any]) -> list[str]:
     """The trigger summary, as lines for a terminal."""
     t = summary["trigger"]
     think = "none" if t["think_time"] is None else f"{t['think_time']:.2f} s"
+    if t.get("backoff") is not None:
+        think = f"none (a retry, after a backoff of {t['backoff']:.2f} s)"
     lines = [
         f"sessions {summary['sessions']['before']} -> {summary['sessions']['after']}, "
         f"turns {summary['turns']['before']} -> {summary['turns']['after']}"
         + ("" if summary["complete"] else
            " (interrupted: not minimal)" if summary.get("interrupted") else " (budget ran out: not minimal)"),
-        f"trigger: {t['session']} turn {t['turn']}: {t['request_bytes']} B request "
+        f"trigger: {t.get('label', t['session'])} {attempt_text(t['turn'], t.get('attempt', 1), t.get('attempts', 1))}: "
+        f"{t['request_bytes']} B request "
         f"(recorded {t['recorded_request_bytes']} B), think time before it {think}",
         f"outcome over {summary['route']}: {t['outcome']}" + (f" ({t['detail']})" if t["detail"] else "")
         + f" after {t['events']} event(s), {t['content_events']} with content",

@@ -43,11 +43,14 @@ import httpx
 from aiohttp.http_exceptions import ContentEncodingError
 
 from proxycheck.core.analysis import ResponseAnalysis, StreamTracker, analyze_body
+from proxycheck.core.errors import ClientFault
+from proxycheck.core.httpsyntax import header_problem
 from proxycheck.core.model import Result
 from proxycheck.core.observation import Observation, ResultSummary, select_headers
-from proxycheck.core.outcomes import Outcome, classify_recorded
+from proxycheck.core.outcomes import Outcome, after_answer, classify_recorded
 from proxycheck.core.replayplan import Watchdogs  # one definition: the replay plan's
-from proxycheck.core.wire import BYTES_HEADER, SHA_HEADER
+from proxycheck.core.requestparts import judge as judge_request
+from proxycheck.core.wire import BYTES_HEADER, CANONICAL_HEADER, PARTS_HEADER, SHA_HEADER
 
 __all__ = ["ConnState", "Observed", "Watchdogs", "aiohttp_trace_config", "observe_aiohttp", "observe_httpx"]
 
@@ -115,8 +118,13 @@ async def observe_httpx(
     conn_state: ConnState | None = None,
 ) -> Observed:
     """Send one request on `client` and observe it. `clock_origin` is the run's start on the
-    monotonic clock (None: the request's own start); `conn_state` is the session's."""
-    stack = _HttpxStack(client, method, url, headers, body, watchdogs)
+    monotonic clock (None: the request's own start); `conn_state` is the session's. A request
+    the client cannot send raises `ClientFault` (see `_sendable`)."""
+    _sendable(method, url, headers)
+    try:
+        stack = _HttpxStack(client, method, url, headers, body, watchdogs)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
+        raise _client_fault(f"{method} {url}", exc) from None
     return await _observe(stack, body, dialect, streamed, watchdogs, clock_origin, conn_state or ConnState())
 
 
@@ -137,6 +145,7 @@ async def observe_aiohttp(
     `trace_configs` (ValueError otherwise: without it connection reuse cannot be seen)."""
     if not any(isinstance(tc, _TraceConfig) for tc in _trace_configs(session)):
         raise ValueError("the aiohttp session needs trace_configs=[aiohttp_trace_config()] to observe connections")
+    _sendable(method, url, headers)
     stack = _AiohttpStack(session, method, url, headers, body, watchdogs)
     return await _observe(stack, body, dialect, streamed, watchdogs, clock_origin, conn_state or ConnState())
 
@@ -148,6 +157,23 @@ def aiohttp_trace_config() -> aiohttp.TraceConfig:
     config.on_connection_create_end.append(_on_create_end)
     config.on_connection_reuseconn.append(_on_reuse)
     return config
+
+
+def _sendable(method: str, url: str, headers: Mapping[str, str]) -> None:
+    """Refuse, before anything is sent, a request no client can send: the stacks fail on it
+    inside the client (httpx raises a protocol error, aiohttp a ValueError or nothing at all),
+    which would otherwise read as a connection cut by the hop or the engine."""
+    for name, value in headers.items():
+        problem = header_problem(name, value)
+        if problem is not None:
+            raise ClientFault(f"{method} {url}", f"cannot send the request: {problem} (a header from the chain file or the recording)")
+
+
+def _client_fault(target: str, exc: BaseException) -> ClientFault:
+    return ClientFault(
+        target,
+        f"the client could not send the request ({_describe(exc)}): a mistake on this side, not a failure of the network",
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -168,8 +194,11 @@ class _Stack(abc.ABC):
     `connect_started` / `connected` (monotonic) for a new connection, and `local`, its address."""
 
     errors: tuple[type[BaseException], ...] = ()
+    #: What the stack raises when it refuses to send a request as built (before the network).
+    local_errors: tuple[type[BaseException], ...] = ()
 
-    def __init__(self) -> None:
+    def __init__(self, target: str) -> None:
+        self.target = target  # "METHOD URL", to name the request in a ClientFault
         self.reused: bool | None = None
         self.connect_started: float | None = None
         self.connected: float | None = None
@@ -285,17 +314,25 @@ async def _observe(
     x = _Exchange(body, dialect, streamed, watchdogs)
     deadline = _Deadline(watchdogs.total)
     failure: BaseException | None = None
+    local: BaseException | None = None
     try:
         async with asyncio.timeout_at(deadline.arm(watchdogs.headers)) as deadline.timeout:
             await _run(stack, x, deadline)
     except TimeoutError as exc:
         failure = exc  # a watchdog, or one of aiohttp's own timeouts (TimeoutErrors too)
+    except stack.local_errors as exc:
+        if x.head is not None:
+            failure = exc  # refused mid-response: the response is what is judged
+        else:
+            local = exc
     except stack.errors as exc:
         failure = exc
     finally:
         x.end = time.monotonic()
         with suppress(*stack.errors, TimeoutError):
             await stack.close(x.ended_cleanly)
+    if local is not None:
+        raise _client_fault(stack.target, local) from None
     if failure is None:
         verdict = _ended(x)
     elif deadline.expired:
@@ -356,14 +393,17 @@ def _watchdog(stack: _Stack, x: _Exchange, deadline: _Deadline) -> Verdict:
         return Outcome.HTTP_ERROR, _http_detail(x), ""
     # A stall watchdog fired exactly `stall` after the last progress; the total one, whenever.
     quiet = f"{x.quiet():.1f}" if deadline.by_total else _secs(wd.stall)
-    outcome, detail = _stall(x.analysis(), quiet)
+    outcome, detail = _stall(x, quiet)
     return outcome, f"{detail}; {total} ended it" if total else detail, ""
 
 
-def _stall(a: ResponseAnalysis, quiet: str) -> tuple[Outcome, str]:
+def _stall(x: _Exchange, quiet: str) -> tuple[Outcome, str]:
+    """A stream the client gave up waiting on: held open after its answer, or stalled."""
+    a = x.analysis()
+    held = after_answer(a, ended_at=x.offset(x.end), client_left=False, timed_out=True)
+    if held is not None:
+        return held.outcome, held.detail
     received = f"{_kb(a.bytes)} received" + (f", {a.comments} comment(s)" if a.comments else "")
-    if a.result is not None and a.result.terminal:
-        return Outcome.STALL_MID_STREAM, f"the stream did not end {quiet} s after its terminal marker"
     if a.content_events:
         return Outcome.STALL_MID_STREAM, f"no content for {quiet} s after event {a.events} ({received})"
     what = f"{a.events} event(s), {received}"
@@ -385,10 +425,14 @@ def _failure(stack: _Stack, x: _Exchange, exc: BaseException) -> Verdict:
         return Outcome.HTTP_ERROR, _http_detail(x), text
     a = x.analysis()
     if kind == "read_timeout":
-        outcome, detail = _stall(a, f"{x.quiet():.1f}")
+        outcome, detail = _stall(x, f"{x.quiet():.1f}")
         return outcome, detail, text
     if kind == "decode":
         return Outcome.MALFORMED_STREAM, f"undecodable body: {text}", text
+    # Cut after the answer had come: judged by what was received (the terminal marker = ok).
+    answered = after_answer(a, ended_at=x.offset(x.end), client_left=False, timed_out=False)
+    if answered is not None:
+        return answered.outcome, answered.detail, text
     progress = f"{a.events} event(s), {a.content_events} with content, {_kb(a.bytes)}"
     return Outcome.RESET, f"connection closed mid-stream after {progress}: {text}", text
 
@@ -407,19 +451,47 @@ def _ended(x: _Exchange) -> Verdict:
 
 
 def _mutated(x: _Exchange, verdict: Verdict) -> Verdict:
-    """request_mutated when the engine reports having received other bytes than were sent (the
-    reference engine does; other servers send no digest and are not judged). It replaces what
-    else happened after the headers, which is kept in the detail: the engine answered another
-    request than the one sent, and that explains the rest."""
-    seen = _header(x.head, SHA_HEADER)
-    if seen is None or seen == hashlib.sha256(x.body).hexdigest():
+    """request_mutated when the engine reports having received another request than was sent:
+    one in which what the model sees differs (messages, system prompt, tools, sampling
+    parameters, max tokens: `proxycheck.core.requestparts.judge`), with what changed in the
+    detail. Other bytes of the same content (a gateway that re-serializes JSON, or adds
+    `stream_options`) are no change; a changed model name alone (gateways map aliases) is a note
+    added to the detail, not a failure. The reference engine reports what it received; other
+    servers send no digest and are not judged; from an older reference engine, which sends only
+    the raw digest, any other bytes count. request_mutated replaces what else happened after the
+    headers, which is kept in the detail: the engine answered another request than the one
+    sent, and that explains the rest."""
+    seen = _engine_header(x.head, SHA_HEADER)
+    if seen is None:
         return verdict
-    got = _header(x.head, BYTES_HEADER) or "?"
-    detail = f"the engine received {got} bytes with another digest; {len(x.body)} were sent"
+    judged = judge_request(
+        x.body, raw_sha256=seen, raw_bytes=_engine_header(x.head, BYTES_HEADER),
+        canonical=_engine_header(x.head, CANONICAL_HEADER), parts=_engine_header(x.head, PARTS_HEADER),
+    )  # fmt: skip
     outcome, other, error = verdict
+    if not judged.mutated:
+        if judged.note:
+            other = f"{other}; {judged.note}" if other else judged.note
+        return outcome, other, error
+    detail = judged.detail
     if outcome is not Outcome.OK:
         detail += f" (then {outcome.value}: {other})" if other else f" (then {outcome.value})"
     return Outcome.REQUEST_MUTATED, detail, error
+
+
+# Gateways that pass the upstream's response headers on under a prefix of their own (LiteLLM:
+# `llm_provider-<name>`): the engine's report of what it received reaches the client that way.
+_UPSTREAM_PREFIXES = ("llm_provider-",)
+
+
+def _engine_header(head: _Head | None, name: str) -> str | None:
+    """One of the engine's headers, as sent or as a gateway passed it on."""
+    value = _header(head, name)
+    for prefix in _UPSTREAM_PREFIXES:
+        if value is not None:
+            break
+        value = _header(head, prefix + name)
+    return value
 
 
 def _finish(stack: _Stack, x: _Exchange, verdict: Verdict, origin: float | None, conn: ConnState) -> Observed:
@@ -512,6 +584,7 @@ def _address(addr: Any) -> str | None:
 
 class _HttpxStack(_Stack):
     errors = (httpx.HTTPError, OSError)
+    local_errors = (httpx.LocalProtocolError, httpx.UnsupportedProtocol, UnicodeEncodeError)
 
     def __init__(
         self,
@@ -522,7 +595,7 @@ class _HttpxStack(_Stack):
         body: bytes,
         watchdogs: Watchdogs,
     ) -> None:
-        super().__init__()
+        super().__init__(f"{method} {url}")
         # Only the connect timeout is httpx's: reads are bounded by the driver's watchdogs,
         # which know a keep-alive comment from content (httpx's read timeout does not).
         timeout = httpx.Timeout(connect=watchdogs.connect, read=None, write=None, pool=None)
@@ -634,6 +707,7 @@ def _response_address(response: aiohttp.ClientResponse) -> str | None:
 
 class _AiohttpStack(_Stack):
     errors = (aiohttp.ClientError, OSError)
+    local_errors = (aiohttp.InvalidURL, ValueError)  # aiohttp refuses header injection with a ValueError
 
     def __init__(
         self,
@@ -644,7 +718,7 @@ class _AiohttpStack(_Stack):
         body: bytes,
         watchdogs: Watchdogs,
     ) -> None:
-        super().__init__()
+        super().__init__(f"{method} {url}")
         self.session = session
         self.args = (method, url)
         # As for httpx: only connecting is aiohttp's to time out; the rest is the watchdogs'.

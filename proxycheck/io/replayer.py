@@ -14,7 +14,8 @@ next route starts, and repetition after repetition.
 What is sent: the recorded method, path and query on the route's URL (`Route.url_for`: never a
 recorded host), the recorded headers the plan kept, overridden by the route's headers of the
 same name, plus `x-proxycheck-replay: RUN_ID`; the recorded body (exact mode) or the body with
-the replayed replies in it (chained mode, `ChainedSession`). Every exchange becomes one
+the replayed replies in it (chained mode, `ChainedSession`); with `greedy`, greedy sampling
+parameters are written into either (`proxycheck.core.greedy`). Every exchange becomes one
 `Observation` (keys filled in) handed to the caller's sink as it happens. Decisions that need no
 network (the plan, pacing, watchdogs, chained bodies) are `proxycheck.core.replayplan`'s;
 observing one exchange is `proxycheck.io.observe`'s.
@@ -33,9 +34,12 @@ from typing import Any, Awaitable, Callable, Iterator, Literal, Protocol, Sequen
 import aiohttp
 import httpx
 
-from proxycheck.core.chain import Route
+from proxycheck.core.chain import Chain, Route
+from proxycheck.core.credentials import raise_if_refused
 from proxycheck.core.errors import BadInput
+from proxycheck.core.greedy import greedy_sessions
 from proxycheck.core.observation import Observation
+from proxycheck.core.outcomes import Outcome
 from proxycheck.core.replayplan import (
     ChainedSession,
     Pace,
@@ -69,6 +73,14 @@ class ReplayOptions:
     on_fail: OnFail = "continue"
     max_requests: int | None = None
     first_repetition: int = 1  # the number of the first repetition (a run replayed in steps)
+    # --greedy: temperature 0 and a fixed seed written into every body, on every route alike
+    # (`proxycheck.core.greedy`), so a sampling engine's content can be compared per exchange.
+    greedy: bool = False
+    # The chain the routes come from: with it, a route refusing a request the recording shows
+    # succeeding (401/403/407; see `proxycheck.core.credentials`) stops the replay with
+    # `MissingCredential` (bad input, exit 2) at that first exchange, instead of being taken for
+    # a fault of the hop.
+    chain: Chain | None = None
 
 
 class ReplayListener(Protocol):
@@ -140,6 +152,7 @@ class _Context:
     budget: _Budget
     origin: float  # monotonic start of the replay (observation times are offsets from it)
     tls: ssl.SSLContext | bool  # the route's TLS verification, made once (`tls_context`)
+    answered: bool = False  # an exchange has succeeded on this route (for the credential rule)
 
 
 async def replay(
@@ -154,6 +167,8 @@ async def replay(
     `sink` as it is made. "limited" when `max_requests` stopped it early. Cancellation (Ctrl-C)
     cancels every session at once; what was observed before has already reached `sink`."""
     heard = listener or QuietListener()
+    if options.greedy:  # every body rewritten once, before any clock starts
+        sessions = greedy_sessions(sessions)
     budget = _Budget(options.max_requests)
     tls = {route.name: tls_context(route.verify) for route in routes}  # bad CA files fail before any traffic
     turns = sum(len(s.turns) for s in sessions)
@@ -253,7 +268,7 @@ async def _run_session(session: PlannedSession, ctx: _Context) -> None:
             # Think time counts from the end of the response, as the recorder measured it.
             prev_end = ctx.origin + obs.t_start + (obs.end or 0.0)
             if chained is not None:
-                chained.record_reply(turn.turn, observed.result if not obs.outcome.is_failure else None)
+                chained.record_reply(turn, observed.result if not obs.outcome.is_failure else None)
             if obs.outcome.is_failure and ctx.options.on_fail == "stop-session":
                 return
     finally:
@@ -270,7 +285,7 @@ async def _send(
 ) -> Observed:
     url = ctx.route.url_for(turn.url)
     headers = request_headers(turn, ctx.route, ctx.run_id)
-    body = chained.body_for(turn.turn) if chained is not None else turn.body
+    body = chained.body_for(turn) if chained is not None else turn.body
     ctx.listener.request(ctx.route, turn, url, headers, body)
     observed = await client.observe(
         turn, url, headers, body, watchdogs=ctx.options.watchdogs, clock_origin=ctx.origin, conn_state=conn_state
@@ -280,6 +295,9 @@ async def _send(
     )
     ctx.sink(obs)
     ctx.listener.observed(obs)
+    if ctx.options.chain is not None:
+        raise_if_refused(obs, turn, ctx.route, ctx.options.chain, first=not ctx.answered)
+    ctx.answered = ctx.answered or obs.outcome is Outcome.OK
     return Observed(obs, observed.result)
 
 

@@ -23,12 +23,13 @@ import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from proxycheck import __version__
 from proxycheck.core.errors import BadInput, StorageError
 from proxycheck.core.observation import Observation, decode, encode
 from proxycheck.core.recording import Warning_
+from proxycheck.core.sessions import SessionName
 from proxycheck.io.jsonl import atomic_write, open_append, read_json_file, read_records, write_all
 
 RUN_FILE = "run.json"
@@ -78,9 +79,12 @@ class RunWriter:
         run_id: str | None = None,
         wall: Callable[[], float] = time.time,
         started_at: float | None = None,
+        sessions: Iterable[Mapping[str, Any]] = (),
     ) -> None:
         """`started_at`: the wall-clock start the observations' times count from, when it is not
-        now (a run merged from others keeps the earliest of theirs)."""
+        now (a run merged from others keeps the earliest of theirs). `sessions`: the names of the
+        replayed sessions (`SessionName.to_json`), so `diff RUN` labels them as the recording's
+        listing does."""
         self.directory = Path(directory)
         self._wall = wall
         self._lock = threading.Lock()
@@ -96,6 +100,7 @@ class RunWriter:
             "chain": dict(chain or {}),
             "routes": list(routes),
             "options": dict(options or {}),
+            "sessions": [dict(n) for n in sessions],
             "versions": versions(),
             "ended_at": None,
             "status": "running",
@@ -184,6 +189,18 @@ class Run:
     @property
     def status(self) -> str:
         return str(self.meta.get("status", ""))
+
+    @property
+    def session_names(self) -> tuple[SessionName, ...]:
+        """The names run.json keeps of the replayed sessions (none in runs written before it kept
+        them); BadInput for a list that is not made of names."""
+        docs = self.meta.get("sessions") or []
+        try:
+            if not isinstance(docs, list):
+                raise ValueError("sessions is not a list")
+            return tuple(SessionName.from_json(doc) for doc in docs)
+        except ValueError as exc:
+            raise BadInput(str(self.directory / RUN_FILE), str(exc)) from None
 
 
 def load_run(directory: str | os.PathLike[str]) -> Run:

@@ -4,9 +4,11 @@ This module owns the page: inline CSS, inline SVG, no script, no external resour
 (no CDN, no font, no image URL), so the file can be mailed, attached to a CI run or opened
 from disk years later and look the same. It shows the verdict (the element with id "verdict",
 e.g. "proxy: hop edge"), the summary and the statistics that decided, the routes in ladder order
-(counts per outcome, with a bar of their shares), the findings with their advice, what differed
-from the recording (`not-reproduced`), and the evidence: the first failing exchange's arrival
-timeline drawn beside the reference's (x = seconds since the request was sent, one lane per
+(counts per outcome, with a bar of their shares), the routes an `incomplete` run lacks (the
+section with id "missing"), the findings, the advice (the section with id "advice": once per hop
+and kind of finding, what was seen, the likely causes and the fix), what differed from the
+recording (`not-reproduced`), and the evidence: the first failing exchange's arrival timeline
+drawn beside the reference's (x = seconds since the request was sent, one lane per
 exchange, a tick per content event, other marks for comments, meta, terminal and error events,
 the end or cut marked).
 
@@ -22,15 +24,20 @@ from typing import Iterable, Sequence
 
 from proxycheck.core.observation import Observation
 from proxycheck.core.outcomes import Outcome
-from proxycheck.core.verdict import Evidence, Finding, RouteReport, Verdict
+from proxycheck.core.sessions import attempt_text
+from proxycheck.core.verdict import Advice, Evidence, Finding, RouteReport, Verdict
 from proxycheck.report.verdict_view import (
+    advice_groups,
+    advice_heading,
     cut_time,
     exchange_label,
     floor_line,
     group_findings,
     headline,
     hops_text,
+    key_lines,
     lane_end,
+    missing_lines,
     outcome_columns,
     repetitions_text,
     seconds,
@@ -55,6 +62,7 @@ h2 { font-size: 18px; margin: 28px 0 10px; }
 .verdict-card.healthy { border-left-color: #2e7d32; }
 .verdict-card.proxy, .verdict-card.server { border-left-color: #c62828; }
 .verdict-card.not-reproduced, .verdict-card.inconclusive { border-left-color: #b7791f; }
+.verdict-card.incomplete { border-left-color: #8e24aa; }
 .kicker { margin: 0; color: #5b6270; font-size: 13px; text-transform: uppercase; letter-spacing: .06em; }
 #verdict { font-size: 30px; margin: 4px 0 6px; }
 .summary { font-size: 17px; margin: 6px 0; }
@@ -73,6 +81,9 @@ td.zero { color: #b0b5bd; }
 ol.findings { padding-left: 22px; }
 ol.findings li { margin-bottom: 10px; }
 .advice { margin: 2px 0 0; padding: 6px 10px; background: #fff8e6; border-left: 3px solid #b7791f; }
+ol.advice-list { padding-left: 22px; }
+ol.advice-list li { margin-bottom: 12px; }
+.advice p { margin: 2px 0; }
 code, .mono { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: 13px; }
 svg.timeline { display: block; width: 100%; height: auto; background: #fff; border: 1px solid #d9dde3;
                border-radius: 8px; }
@@ -169,18 +180,51 @@ def routes_table(routes: Sequence[RouteReport]) -> str:
 # -- findings, differences ----------------------------------------------------------------------
 
 
-def findings_list(findings: Sequence[Finding]) -> str:
+def findings_list(findings: Sequence[Finding], verdict: Verdict | None = None, keys: Sequence[str] = ()) -> str:
+    """The findings, sessions named as `verdict` knows them (labels, attempts); `keys` are the
+    lines that say which label is which keyed session."""
     items = []
     for f, reps in group_findings(findings):
         detail = f" — {e(f.detail)}" if f.detail else ""
-        advice = f'<p class="advice"><strong>advice:</strong> {e(f.advice)}</p>' if f.advice else ""
         items.append(
-            f"<li><strong>{e(f.route)}</strong> session <code>{e(f.session)}</code> turn {f.turn} "
+            f"<li><strong>{e(f.route)}</strong> session {_turn_html(verdict, f)} "
             f'({e(repetitions_text(reps))}): <span class="{_outcome_class(f.outcome)}">{e(f.outcome)}</span>'
-            f"{detail}{advice}</li>"
+            f"{detail}</li>"
         )
+    named = "".join(f"<li>{e(line)}</li>" for line in keys)
+    named = f'<ul class="sessions">{named}</ul>' if named else ""
     return (f'<section id="findings"><h2>Findings ({len(findings)})</h2>'
-            f'<ol class="findings">{"".join(items)}</ol></section>')  # fmt: skip
+            f'<ol class="findings">{"".join(items)}</ol>{named}</section>')  # fmt: skip
+
+
+def advice_list(advice: Sequence[Advice]) -> str:
+    """Each advice once (an <li> with its hop, outcome and kind as data attributes): its heading,
+    then what was seen, the likely causes and the fix."""
+    items = []
+    for a in advice:
+        parts = [f'<p class="seen">{e(a.seen)}</p>'] if a.seen else []
+        parts += [f'<p class="{name}"><strong>{name}:</strong> {e(v)}</p>'
+                  for name, v in (("likely", a.likely), ("fix", a.fix)) if v]  # fmt: skip
+        items.append(f'<li data-hop="{e(a.hop or "")}" data-outcome="{e(a.outcome)}" data-kind="{e(a.kind)}">'
+                     f'<strong>{e(advice_heading(a))}</strong>'
+                     f'<div class="advice">{"".join(parts)}</div></li>')  # fmt: skip
+    return (f'<section id="advice"><h2>Advice ({len(advice)})</h2>'
+            f'<ol class="advice-list">{"".join(items)}</ol></section>')  # fmt: skip
+
+
+def missing_list(verdict: Verdict) -> str:
+    """The routes an `incomplete` run lacks (each an <li data-route>)."""
+    items = "".join(f'<li data-route="{e(m.route)}">{e(line)}</li>'
+                    for m, line in zip(verdict.missing, missing_lines(verdict)))  # fmt: skip
+    return f'<section id="missing"><h2>Routes missing: no verdict without them</h2><ul>{items}</ul></section>'
+
+
+def _turn_html(verdict: Verdict | None, f: Finding) -> str:
+    """`<code>s1</code> turn 2, attempt 1 of 3`."""
+    if verdict is None:
+        return f"<code>{e(f.session)}</code> turn {f.turn}"
+    turn = attempt_text(f.turn, *verdict.attempt_of(f.session, f.xid))
+    return f"<code>{e(verdict.session_label(f.session))}</code> {e(turn)}"
 
 
 def differences_list(differences: Iterable[str]) -> str:
@@ -288,12 +332,12 @@ def _axis(y: float, x: _Scale) -> list[str]:
     return out
 
 
-def timeline_svg(evidence: Evidence) -> str:
+def timeline_svg(evidence: Evidence, verdict: Verdict | None = None) -> str:
     """The reference lane above the failing one, on one time axis."""
     lanes = ([("reference", evidence.reference)] if evidence.reference else []) + [("failing", evidence.failing)]
     x = _Scale(timeline_span(evidence))
     height = TOP + LANE_H * len(lanes) + AXIS_H
-    title = f"Arrival of events: {exchange_label(evidence.failing)}, " + " and ".join(
+    title = f"Arrival of events: {exchange_label(evidence.failing, verdict)}, " + " and ".join(
         f"{o.route} ({role})" for role, o in lanes
     )
     body = [f'<title id="timeline-title">{e(title)}</title>']
@@ -315,15 +359,15 @@ def _legend() -> str:
     ) + "</ul>"  # fmt: skip
 
 
-def evidence_section(evidence: Evidence) -> str:
+def evidence_section(evidence: Evidence, verdict: Verdict | None = None) -> str:
     lanes = ([("reference", evidence.reference)] if evidence.reference else []) + [("failing", evidence.failing)]
     rows = "".join(
         f"<tr><td><strong>{e(o.route)}</strong></td><td>{e(role)}</td><td>{e(timing_text(o))}</td></tr>"
         for role, o in lanes
     )
     missing = "" if evidence.reference else '<p class="dim">no reference exchange to compare with</p>'
-    return (f'<section id="evidence"><h2>First failing exchange: {e(exchange_label(evidence.failing))}</h2>'
-            f"{timeline_svg(evidence)}{_legend()}{missing}"
+    return (f'<section id="evidence"><h2>First failing exchange: {e(exchange_label(evidence.failing, verdict))}</h2>'
+            f"{timeline_svg(evidence, verdict)}{_legend()}{missing}"
             f'<table class="timings"><tr><th>route</th><th>role</th><th>timings</th></tr>{rows}</table>'
             "</section>")  # fmt: skip
 
@@ -334,12 +378,17 @@ def evidence_section(evidence: Evidence) -> str:
 def html_report(verdict: Verdict) -> str:
     """The whole page, as one string of HTML5 with nothing to fetch."""
     parts = [verdict_card(verdict), routes_table(verdict.routes)]
+    if verdict.missing:
+        parts.append(missing_list(verdict))
     if verdict.findings:
-        parts.append(findings_list(verdict.findings))
+        parts.append(findings_list(verdict.findings, verdict, key_lines(verdict)))
+    advice = advice_groups(verdict)
+    if advice:
+        parts.append(advice_list(advice))
     if verdict.differences:
         parts.append(differences_list(verdict.differences))
     if verdict.evidence is not None:
-        parts.append(evidence_section(verdict.evidence))
+        parts.append(evidence_section(verdict.evidence, verdict))
     body = "\n".join(parts)
     return (
         "<!DOCTYPE html>\n"

@@ -1,15 +1,17 @@
 """The terminal report of `check` and `diff`: the verdict, the routes, the findings, the evidence.
 
 This module owns how a `Verdict` (proxycheck.core.verdict) reads in a terminal, and the words of a
-verdict the other reports reuse (`headline`, `statistics_line`, `hops_text`, `timing_text`, the
-outcome column order, where a failing stream was cut), so the terminal, JUnit and HTML reports
-say the same thing the same way.
+verdict the other reports reuse (`headline`, `statistics_line`, `advice_groups`, `advice_heading`,
+`hops_text`, `timing_text`, the outcome column order, where a failing stream was cut), so the
+terminal, JUnit and HTML reports say the same thing the same way.
 
 Layout, top to bottom: a panel with the verdict word, the culprit, the summary and the statistics
-that decided; a route x outcome table in ladder order; the first findings, each with its advice;
-what differed from the recording (`not-reproduced`); and, when the verdict carries evidence, the
-first failing exchange's event timeline above the reference's, as character strips on one time
-axis. `verdict_view` builds the renderable and never prints; `render_verdict` prints it.
+that decided; a route x outcome table in ladder order; the routes an `incomplete` run lacks
+(`missing_lines`); the first findings; the advice, once per hop and kind of finding (what was
+seen, the likely causes, the fix: `advice_view`); what differed from the recording
+(`not-reproduced`); and, when the verdict carries evidence, the first failing exchange's event
+timeline above the reference's, as character strips on one time axis. `verdict_view` builds the
+renderable and never prints; `render_verdict` prints it.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from rich.text import Text
 
 from proxycheck.core.observation import Observation
 from proxycheck.core.outcomes import Outcome
+from proxycheck.core.sessions import attempt_text
 from proxycheck.core.verdict import (
     ENGINE,
+    CUT_SHORT,
     HEALTHY,
+    INCOMPLETE,
     INCONCLUSIVE,
     NOT_REPRODUCED,
     PROXY,
@@ -35,13 +40,16 @@ from proxycheck.core.verdict import (
     Evidence,
     Finding,
     NoiseFloor,
+    Advice,
     RouteReport,
     Verdict,
 )
 
 ROUTES_TITLE = "Routes (ladder order: direct first)"
 MAX_FINDINGS = 5  # the rest are in the JSON document; a terminal report says what to do first
-VERDICT_STYLE = {HEALTHY: "green", PROXY: "red", SERVER: "red", NOT_REPRODUCED: "yellow", INCONCLUSIVE: "yellow"}
+VERDICT_STYLE = {HEALTHY: "green", PROXY: "red", SERVER: "red", NOT_REPRODUCED: "yellow", INCONCLUSIVE: "yellow",
+                 INCOMPLETE: "magenta"}  # fmt: skip
+MISSING_TITLE = "Routes missing (no verdict without them):"
 STATE_STYLE = {"clean": "green", "degraded": "yellow", "failing": "bold red"}
 
 # The timeline strip: one character per time slot. When several events share a slot the most
@@ -95,10 +103,10 @@ def culprit_route(verdict: Verdict) -> RouteReport | None:
     )
 
 
-# The localizer's `statistics["method"]`, in words.
+# The localizer's `statistics["method"]`, in words, for statistics that do not say which rule decided.
 METHODS = {
     "fisher_exact": "Fisher's exact test",
-    "deterministic": "the same exchanges fail in every repetition",
+    "deterministic": "the deterministic rule",
     "direct": "the direct route fails",
 }
 
@@ -129,32 +137,85 @@ def _p_value(stats: dict[str, Any]) -> float | None:
     return p if isinstance(p, (int, float)) and not isinstance(p, bool) else None
 
 
-def statistics_line(verdict: Verdict) -> str | None:
-    """The test that decided and the counts it saw:
-    "Fisher's exact test p=0.0003: via:edge 10/40 failed, via:gateway 0/40"."""
+def decision_text(verdict: Verdict) -> str:
+    """Which rule decided, or that none did: the localizer's own words (`statistics["rule"]`),
+    else the same said from the figures, where a p-value is shown as deciding only when
+    Fisher's test did ("" when the statistics say nothing)."""
     stats = verdict.statistics
+    for key in ("rule", "test"):
+        if isinstance(stats.get(key), str) and stats[key].strip():
+            return str(stats[key]).strip()
     method = str(stats.get("method", ""))
-    head = str(stats.get("test") or METHODS.get(method, method)).strip()
-    p = _p_value(stats)
+    # Statistics without `decided_by`: a proxy or server verdict was decided by its method.
+    decided_by = stats.get("decided_by", method if verdict.verdict in (PROXY, SERVER) else None)
+    p, alpha = _p_value(stats), stats.get("alpha")
+    bound = f" {alpha:g}" if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) else ""
+    if decided_by == "direct":
+        return METHODS["direct"]
+    if decided_by == "deterministic":
+        return ("the deterministic rule decided: the same exchanges failed in every repetition of the failing "
+                "route and none in the next one inward")  # fmt: skip
+    if decided_by == "fisher_exact":
+        if p is None:
+            return "Fisher's exact test decided"
+        return f"Fisher's exact test decided: p={p:.2g}" + (f" <{bound}" if bound else "")
     if p is not None:
-        head += f" (Fisher's exact test p={p:.2g})" if method == "deterministic" else f" p={p:.2g}"
+        under = bound and p >= float(alpha)  # type: ignore[arg-type]
+        return f"neither rule decided: Fisher's exact test p={p:.2g}" + (f", not under{bound}" if under else "")
+    return METHODS.get(method, method)
+
+
+def statistics_line(verdict: Verdict) -> str | None:
+    """The rule that decided and the counts it saw: "Fisher's exact test decided: p=0.0003 <
+    0.01 (via:edge 10/40 failed, via:gateway 0/40)"."""
+    head = decision_text(verdict)
     counts = [f"{route} {k}/{n}" for route, k, n in _counts(verdict)]
     if counts:
         counts[0] += " failed"
     tail = ", ".join(counts)
     if head and tail:
-        return f"{head.strip()}: {tail}"
-    return head.strip() or tail or None
+        return f"{head} ({tail})"
+    return head or tail or None
 
 
 def floor_line(floor: NoiseFloor) -> str:
-    same = "same answers each time" if floor.deterministic else "answers vary between repetitions"
+    if floor.deterministic:
+        same = "same answers each time"
+    elif floor.sampling:
+        same = (f"answers vary between repetitions ({floor.content_differs}/{floor.content_compared} "
+                "in structure)")  # fmt: skip
+    else:
+        same = "not known whether answers vary (no exchange repeated)"
     return (f"noise floor ({floor.reference}, {floor.pairs} pair(s)): TTFT ±{seconds(floor.ttft)}, "
             f"E2E ±{seconds(floor.e2e)}, burstiness x{floor.burst:.2f}; {same}")  # fmt: skip
 
 
-def exchange_label(obs: Observation) -> str:
-    return f"session {obs.session} turn {obs.turn}, repetition {obs.repetition}"
+def exchange_label(obs: Observation, verdict: Verdict | None = None) -> str:
+    """`session s1 turn 4, repetition 1` (`turn 2, attempt 1 of 3` for a retried turn): by the
+    session's label when the verdict knows it."""
+    return f"session {turn_text(verdict, obs.session, obs.turn, obs.xid)}, repetition {obs.repetition}"
+
+
+def turn_text(verdict: Verdict | None, session: str, turn: int, xid: int | None) -> str:
+    """`s1 turn 2`, or `s1 turn 2, attempt 1 of 3`: one exchange of a session, as people read it."""
+    if verdict is None:
+        return f"{session} turn {turn}"
+    return f"{verdict.session_label(session)} {attempt_text(turn, *verdict.attempt_of(session, xid))}"
+
+
+def named_sessions(verdict: Verdict) -> list[str]:
+    """The sessions the findings and the evidence name, in order of first mention."""
+    mentioned = [f.session for f in verdict.findings]
+    if verdict.evidence is not None:
+        mentioned.append(verdict.evidence.failing.session)
+    return list(dict.fromkeys(mentioned))
+
+
+def key_lines(verdict: Verdict) -> list[str]:
+    """Which label is which keyed session, for the sessions the report names."""
+    names = {n.id: n for n in verdict.sessions}
+    lines = (names[s].key_line() if s in names else None for s in named_sessions(verdict))
+    return [line for line in lines if line]
 
 
 def lane_end(obs: Observation) -> float:
@@ -205,12 +266,16 @@ def verdict_panel(verdict: Verdict) -> Panel:
         top.append(f"   culprit: hop {verdict.culprit}")
     if verdict.first_turn is not None:
         top.append(f"   from turn {verdict.first_turn}")
+    if verdict.verdict == INCOMPLETE:
+        top.append("   no verdict from part of the evidence")
     lines: list[RenderableType] = [top, Text(verdict.summary)]
     stats = statistics_line(verdict)
     if stats:
         lines.append(Text(stats, style="dim"))
     if verdict.floor:
         lines.append(Text(floor_line(verdict.floor), style="dim"))
+    for hint in verdict.suggestions:
+        lines.append(Text(f"suggestion: {hint}", style="yellow"))
     where = f"strategy {verdict.strategy}" + (f" · run {verdict.run}" if verdict.run else "")
     lines.append(Text(where, style="dim"))
     return Panel(Group(*lines), title="proxycheck verdict", title_align="left", border_style=style, expand=False)
@@ -316,9 +381,10 @@ def _outcome_style(outcome: str) -> str:
 def group_findings(findings: Sequence[Finding]) -> list[tuple[Finding, list[int]]]:
     """Findings of the same exchange and outcome in several repetitions, as one: the first of
     them and the repetitions it happened in (a wedge that repeats is one thing to fix)."""
-    groups: dict[tuple[str, str, int, str, str], tuple[Finding, list[int]]] = {}
+    groups: dict[tuple[str, str, int, int | None, str, str], tuple[Finding, list[int]]] = {}
     for f in findings:
-        key = (f.route, f.session, f.turn, f.outcome, f.advice)
+        # The exchange too: failed attempts of one turn are findings of their own.
+        key = (f.route, f.session, f.turn, f.xid, f.outcome, f.advice)
         groups.setdefault(key, (f, []))[1].append(f.repetition)
     return list(groups.values())
 
@@ -335,20 +401,92 @@ def repetitions_text(reps: Sequence[int]) -> str:
     return f"repetition{'s' if len(reps) > 1 else ''} {text}"
 
 
-def findings_view(findings: Sequence[Finding], limit: int = MAX_FINDINGS) -> list[RenderableType]:
+def findings_view(findings: Sequence[Finding], limit: int = MAX_FINDINGS,
+                  verdict: Verdict | None = None) -> list[RenderableType]:  # fmt: skip
+    """The findings, sessions named as `verdict` knows them (labels, attempts)."""
     groups = group_findings(findings)
     shown = groups[:limit]
     parts: list[RenderableType] = [Text(f"Findings ({len(findings)} in {len(groups)} exchange(s))", style="bold")]
     for f, reps in shown:
-        line = Text(f"{f.route}  session {f.session} turn {f.turn} ({repetitions_text(reps)}): ")
+        line = Text(f"{f.route}  session {turn_text(verdict, f.session, f.turn, f.xid)} ({repetitions_text(reps)}): ")
         line.append(f.outcome, style=_outcome_style(f.outcome))
         if f.detail:
             line.append(f" — {f.detail}")
         parts.append(line)
-        if f.advice:
-            parts.append(Padding(Text(f"advice: {f.advice}", style="italic"), (0, 0, 0, 4)))
     if len(groups) > limit:
         parts.append(Text(f"… and {len(groups) - limit} more (all of them in the --json document)", style="dim"))
+    return parts
+
+
+def advice_groups(verdict: Verdict) -> list[Advice]:
+    """The verdict's advice, once per hop and kind of finding; for a verdict that carries none
+    (one made by hand, or by an older writer), one per outcome and words of its findings."""
+    if verdict.advice:
+        return list(verdict.advice)
+    groups: dict[tuple[str, str], list[Finding]] = {}
+    for f in verdict.findings:
+        if f.advice:
+            groups.setdefault((f.outcome, f.advice), []).append(f)
+    return [Advice(hop="", outcome=outcome, kind=outcome, seen=text, exchanges=len(fs),
+                   routes=tuple(dict.fromkeys(f.route for f in fs)))
+            for (outcome, text), fs in groups.items()]  # fmt: skip
+
+
+def kind_label(a: Advice) -> str:
+    """What tells an advice's kind apart from its outcome, in words ("" when nothing does):
+    "before first event", "body limit", "HTTP 504", "HTTP 400 from the engine"."""
+    kind = a.kind
+    if kind == a.outcome:
+        return ""
+    if kind.startswith("engine_http_"):
+        return f"HTTP {kind[len('engine_http_'):]} from the engine"
+    if kind.startswith("http_"):
+        return f"HTTP {kind[len('http_'):]}"
+    if kind.startswith(f"{a.outcome}_"):
+        kind = kind[len(a.outcome) + 1 :]
+    return kind.replace("_", " ")
+
+
+def advice_heading(a: Advice) -> str:
+    """"hop edge · stall_mid_stream · 10 exchange(s) on via:edge": whom it is about, the kind
+    of finding, and what it covers."""
+    who = a.about or ("the engine" if a.hop is None else f"hop {a.hop}" if a.hop else "")
+    label = kind_label(a)
+    what = f"{a.outcome}, {label}" if label else a.outcome
+    covers = f"{a.exchanges} exchange(s)" + (f" on {' and '.join(a.routes)}" if a.routes else "")
+    return " · ".join(part for part in (who, what, covers) if part)
+
+
+def advice_view(advice: Sequence[Advice]) -> list[RenderableType]:
+    """Each advice once: its heading, then what was seen, the likely causes and the fix."""
+    total = sum(a.exchanges for a in advice)
+    parts: list[RenderableType] = [Text(f"Advice ({len(advice)}, for {total} exchange(s))", style="bold")]
+    for a in advice:
+        parts.append(Text(advice_heading(a)))
+        lines = [a.seen] + [f"{name}: {v}" for name, v in (("likely", a.likely), ("fix", a.fix)) if v]
+        parts.extend(Padding(Text(line, style="italic"), (0, 0, 0, 4)) for line in lines if line)
+    return parts
+
+
+def missing_lines(verdict: Verdict) -> list[str]:
+    """One line per route an incomplete run lacks:
+    "via:edge: cut short in repetition 1 (2 of 6 exchanges observed, not judged)"."""
+    lines = []
+    for m in verdict.missing:
+        if m.state == CUT_SHORT:
+            of = f" of {m.planned}" if m.planned is not None else ""
+            lines.append(f"{m.route}: cut short in repetition {m.repetition} "
+                         f"({m.observed}{of} exchanges observed, not judged)")  # fmt: skip
+        elif (m.repetition or 1) > 1:
+            lines.append(f"{m.route}: repetition {m.repetition} not replayed")
+        else:
+            lines.append(f"{m.route}: not replayed")
+    return lines
+
+
+def missing_view(verdict: Verdict) -> list[RenderableType]:
+    parts: list[RenderableType] = [Text(MISSING_TITLE, style="bold")]
+    parts.extend(Padding(Text(f"- {line}"), (0, 0, 0, 2)) for line in missing_lines(verdict))
     return parts
 
 
@@ -390,14 +528,15 @@ def _indent(text: str, width: int) -> Padding:
     return Padding(Text(text, style="dim"), (0, 0, 0, width))
 
 
-def timeline_view(evidence: Evidence, width: int = 100) -> list[RenderableType]:
+def timeline_view(evidence: Evidence, width: int = 100, verdict: Verdict | None = None) -> list[RenderableType]:
     """The failing exchange above the reference's, one strip each on a shared time axis."""
     span = timeline_span(evidence)
     # The reference on top, as in the route table (the ladder starts with the route inward).
     lanes = ([("reference", evidence.reference)] if evidence.reference else []) + [("failing", evidence.failing)]
     label_w = max(len(o.route) for _, o in lanes) + 2
     strip_w = max(20, width - label_w - 2)
-    title = f"First failing exchange: {exchange_label(evidence.failing)} (axis: {span / strip_w:.3g} s per character)"
+    title = (f"First failing exchange: {exchange_label(evidence.failing, verdict)} "
+             f"(axis: {span / strip_w:.3g} s per character)")  # fmt: skip
     parts: list[RenderableType] = [Text(title, style="bold")]
     for role, obs in lanes:
         row = Text(obs.route.ljust(label_w), style="red" if role == "failing" else "green")
@@ -416,14 +555,22 @@ def timeline_view(evidence: Evidence, width: int = 100) -> list[RenderableType]:
 
 def verdict_view(verdict: Verdict, width: int = 100) -> RenderableType:
     """Everything the terminal report shows, for a console `width` characters wide."""
-    parts: list[RenderableType] = [verdict_panel(verdict), routes_table(verdict.routes, width)]
+    parts: list[RenderableType] = [verdict_panel(verdict)]
+    if verdict.routes or not verdict.missing:  # an incomplete run may have no route to show
+        parts.append(routes_table(verdict.routes, width))
+    if verdict.missing:
+        parts.extend(missing_view(verdict))
     if verdict.findings:
-        parts.extend(findings_view(verdict.findings))
+        parts.extend(findings_view(verdict.findings, verdict=verdict))
+    advice = advice_groups(verdict)
+    if advice:
+        parts.extend(advice_view(advice))
+    parts.extend(Text(line, style="dim") for line in key_lines(verdict))
     if verdict.differences:
         parts.extend(differences_view(verdict.differences))
     if verdict.evidence is not None:
         parts.append(Text(""))
-        parts.extend(timeline_view(verdict.evidence, width))
+        parts.extend(timeline_view(verdict.evidence, width, verdict))
     return Group(*parts)
 
 

@@ -16,7 +16,19 @@ from proxycheck.core.localize import Decided, Localizer, RecordedFailure, Replay
 from proxycheck.core.model import Event
 from proxycheck.core.observation import Observation, ResultSummary
 from proxycheck.core.outcomes import Outcome
-from proxycheck.core.verdict import ENGINE, HEALTHY, INCONCLUSIVE, NOT_REPRODUCED, PROXY, SERVER, Verdict
+from proxycheck.core.runverdict import FINISHED, RunPlan, run_verdict
+from proxycheck.core.verdict import (
+    CUT_SHORT,
+    ENGINE,
+    HEALTHY,
+    INCOMPLETE,
+    INCONCLUSIVE,
+    NOT_REPLAYED,
+    NOT_REPRODUCED,
+    PROXY,
+    SERVER,
+    Verdict,
+)
 
 SESSIONS, TURNS = 2, 3
 
@@ -158,6 +170,55 @@ def test_a_fault_in_30_percent_of_exchanges_is_found_by_repetition() -> None:
     assert found >= 19  # 6 exchanges a repetition, up to 10 repetitions: nearly always decided
 
 
+def test_the_statistics_name_the_deterministic_rule_when_it_decided() -> None:
+    # From turn 3 on: 2 of 6 exchanges in every repetition, none on direct. Two repetitions each
+    # decide by the deterministic rule, while Fisher's test alone gives p=0.093: the rule's words
+    # carry no p-value, which would read as having decided.
+    world = World(["edge"], {"edge": Fault(from_turn=3)})
+    verdict = world.run(world.localizer())
+    stats = verdict.statistics
+    assert verdict.verdict == PROXY and stats["decided_by"] == stats["method"] == "deterministic"
+    assert stats["p_value"] > stats["alpha"]  # Fisher's test did not decide, and is not said to
+    assert stats["rule"] == ("the deterministic rule decided: the same 2 exchange(s) failed in each of the 2 "
+                             "repetitions of via:edge and none in the 2 of direct")  # fmt: skip
+    assert "p=" not in stats["rule"] and "decided" not in stats
+
+
+def test_the_statistics_give_fishers_p_value_when_it_decided() -> None:
+    world = World(["corp", "edge"], {"edge": Fault(probability=0.3)}, seed=0)
+    verdict = world.run(world.localizer(repeat=3, max_repeat=10))
+    stats = verdict.statistics
+    assert verdict.verdict == PROXY and stats["decided_by"] == "fisher_exact"
+    assert stats["p_value"] < stats["alpha"]
+    assert stats["rule"] == f"Fisher's exact test decided: p={stats['p_value']:.2g} < 0.01"
+
+
+def test_undecided_statistics_say_why_neither_rule_held() -> None:
+    world = World(["edge"], {"edge": Fault(probability=0.1)}, seed=1)
+    verdict = world.run(world.localizer(max_repeat=3))
+    stats = verdict.statistics
+    assert verdict.verdict == INCONCLUSIVE and stats["decided_by"] is None
+    assert stats["rule"].startswith(f"neither rule decided: Fisher's exact test p={stats['p_value']:.2g}, not under 0.01")
+    assert "the failing exchanges differ between the repetitions of via:edge" in stats["rule"]
+
+
+def test_a_server_verdict_says_the_direct_route_decided() -> None:
+    world = World(["edge"], {"engine": Fault(from_turn=3, outcome=Outcome.RESET)})
+    stats = world.run(world.localizer()).statistics
+    assert stats["decided_by"] == "direct" and stats["rule"] == "the direct route fails"
+
+
+def test_findings_list_every_exchange_and_advice_is_given_once_per_hop_and_kind() -> None:
+    world = World(["edge"], {"edge": Fault(from_turn=2, outcome=Outcome.RESET)})
+    verdict = world.run(world.localizer())
+    edge = next(r for r in verdict.routes if r.route == "via:edge")
+    assert len(verdict.findings) == edge.failures
+    (a,) = verdict.advice
+    assert (a.hop, a.outcome, a.exchanges, a.routes) == ("edge", "reset", edge.failures, ("via:edge",))
+    assert all(f.advice == a.text for f in verdict.findings)
+    assert verdict.to_json()["advice"] == [a.to_json()]
+
+
 def test_a_rare_difference_stays_inconclusive_rather_than_a_guess() -> None:
     world = World(["edge"], {"edge": Fault(probability=0.04)}, seed=3)
     verdict = world.run(world.localizer(max_repeat=3))
@@ -256,6 +317,19 @@ def test_verdict_json_follows_the_contract() -> None:
     assert doc["routes"][1]["outcomes"]["stall_mid_stream"] == doc["routes"][1]["failures"]
 
 
+def test_without_a_culprit_advice_does_not_blame_the_entry_hop_of_a_longer_route() -> None:
+    # edge buffers; via:corp passes corp and edge, and buffers too. Degradations name no
+    # culprit: via:corp's advice must not say that corp buffers.
+    world = World(["corp", "edge"], buffered={"edge"})
+    verdict = world.run(world.localizer())
+    assert verdict.verdict == HEALTHY
+    by_route = {a.routes: a for a in verdict.advice}
+    edge, corp = by_route[("via:edge",)], by_route[("via:corp",)]
+    assert edge.about == "hop edge" and edge.seen.startswith("hop edge delivers streams in bursts")
+    assert corp.about == "via:corp (its hops corp → edge)" and "hop corp" not in corp.text
+    assert corp.seen.startswith("via:corp (its hops corp → edge) delivers streams in bursts")
+
+
 def test_findings_on_routes_through_the_culprit_advise_about_the_culprit() -> None:
     # bisect replays the outermost route first: it fails through the inner hop, which is blamed.
     world = World(["outer", "inner"], {"inner": Fault(from_turn=2, outcome=Outcome.RESET)})
@@ -275,3 +349,183 @@ def test_added_latency_compares_the_exchanges_ok_on_both_routes() -> None:
     verdict = loc.next(final=True).verdict  # type: ignore[union-attr]
     edge = next(r for r in verdict.routes if r.route == "via:edge")
     assert edge.added_latency is not None and abs(edge.added_latency) < 0.02
+
+
+# -- a stored run: a verdict only from whole evidence (proxycheck.core.runverdict) --------------
+
+PLAN_TURNS = {f"s{s}": TURNS for s in range(SESSIONS)}
+
+
+def drive(world: World, localizer: Localizer) -> tuple[Verdict, list[Observation]]:
+    """Run the world as `check` does, keeping every observation in the order it was written."""
+    written: list[Observation] = []
+    for _ in range(200):
+        step = localizer.next()
+        if isinstance(step, Decided):
+            return step.verdict, written
+        got = world.replay(step)
+        written += got
+        localizer.add(got)
+    raise AssertionError("the localizer never decided")
+
+
+def check_plan(world: World, status: str = FINISHED, turns: dict[str, int] | None = PLAN_TURNS,
+               **kw: object) -> RunPlan:  # fmt: skip
+    return RunPlan(routes=tuple(world.ladder), status=status, driven=True, turns=turns, **kw)  # type: ignore[arg-type]
+
+
+def test_a_run_holding_only_direct_is_incomplete_not_healthy() -> None:
+    # A check interrupted once direct was done: the faulty hop's route was never replayed.
+    world = World(["corp", "edge"], {"edge": Fault(from_turn=2)})
+    held = world.replay(Replay("direct", 2))
+    for status in ("interrupted", "running", FINISHED):  # FINISHED: the rest lost from the file
+        verdict = run_verdict(world.localizer(), held, check_plan(world, status))
+        assert verdict.verdict == INCOMPLETE and verdict.culprit is None, verdict.summary
+        assert verdict.fails and not verdict.fault_found
+        assert verdict.missing_routes == ["via:edge", "via:corp"]
+        assert {m.state for m in verdict.missing} == {NOT_REPLAYED}
+        assert [r.route for r in verdict.routes] == ["direct"] and verdict.routes[0].exchanges == 12
+        assert verdict.so_far is not None and verdict.so_far.points_to == HEALTHY
+        assert "via:edge and via:corp not replayed" in verdict.summary
+        assert "so far no finished route fails: direct 12/12" in verdict.summary
+        doc = verdict.to_json()
+        assert doc["verdict"] == "incomplete" and doc["culprit"] is None
+        assert doc["missing_routes"] == ["via:edge", "via:corp"] and doc["run_status"] == status
+        assert doc["routes"][0]["route"] == "direct" and doc["so_far"]["points_to"] == "healthy"
+        assert doc["so_far"]["summary"] == "so far no finished route fails: direct 12/12"
+
+
+def test_a_route_cut_in_the_middle_is_no_evidence() -> None:
+    # Every route was begun, the last one cut after its clean first turns: fed to the localizer,
+    # those would read healthy. It must say which route was cut and judge nothing of it.
+    world = World(["edge"], {"edge": Fault(from_turn=2)})
+    direct = world.replay(Replay("direct", 2))
+    edge = world.replay(Replay("via:edge", 1))
+    cut = [o for o in edge if o.turn == 1]
+    for status in ("interrupted", FINISHED):
+        verdict = run_verdict(world.localizer(), direct + cut, check_plan(world, status))
+        assert verdict.verdict == INCOMPLETE, verdict.summary
+        (missing,) = verdict.missing
+        assert (missing.route, missing.state, missing.repetition, missing.observed, missing.planned) == (
+            "via:edge", CUT_SHORT, 1, 2, 6)  # fmt: skip
+        assert [r.route for r in verdict.routes] == ["direct"]
+        assert "via:edge cut short (repetition 1: 2 of 6 exchanges)" in verdict.summary
+    # Cut after its first failures: still no culprit, though the so-far says where it points.
+    failing = [o for o in edge if o.session == "s0"]
+    verdict = run_verdict(world.localizer(), direct + failing, check_plan(world, "interrupted"))
+    assert verdict.verdict == INCOMPLETE and verdict.culprit is None and verdict.missing_routes == ["via:edge"]
+
+
+def test_without_a_plan_the_last_repetition_of_an_unfinished_run_counts_as_cut() -> None:
+    # An older run (no turns in run.json) killed with -9: status "running", nothing says how
+    # many exchanges a repetition has, so the repetition being written last is not evidence.
+    world = World(["edge"], {"edge": Fault(from_turn=2)})
+    held = world.replay(Replay("direct", 2)) + world.replay(Replay("via:edge", 1))
+    verdict = run_verdict(world.localizer(), held, check_plan(world, "running", turns=None))
+    assert verdict.verdict == INCOMPLETE and verdict.missing_routes == ["via:edge"]
+    assert verdict.missing[0].state == CUT_SHORT and verdict.missing[0].planned is None
+    assert "the run never finished" in verdict.summary
+    # The same observations in a finished run are its verdict.
+    verdict = run_verdict(world.localizer(), held, check_plan(world, FINISHED, turns=None))
+    assert verdict.verdict == PROXY and verdict.culprit == "edge"
+
+
+@pytest.mark.parametrize(
+    "hops, faults, kw",
+    [
+        (["corp", "edge", "gateway"], {}, {}),
+        (["corp", "edge", "gateway"], {"edge": Fault(from_turn=2)}, {}),
+        (["corp", "edge"], {"edge": Fault(probability=0.3)}, {"repeat": 3}),
+        ([f"h{i}" for i in range(6)], {"h1": Fault(from_turn=2)}, {"strategy": "bisect"}),
+        (["edge"], {"engine": Fault(from_turn=2, outcome=Outcome.RESET)}, {}),
+    ],
+)
+def test_a_whole_run_gives_the_verdict_check_gave(hops: list[str], faults: dict[str, Fault],
+                                                  kw: dict[str, object]) -> None:  # fmt: skip
+    world = World(hops, faults, seed=2)
+    live, written = drive(world, world.localizer(**kw))
+    rebuilt = run_verdict(world.localizer(**kw), written, check_plan(world))
+    assert rebuilt.verdict != INCOMPLETE
+    assert rebuilt.to_json() == live.to_json()
+
+
+def test_a_server_verdict_needs_no_other_route() -> None:
+    # direct failed: the localizer decided with it alone, so the hops' routes are not missing.
+    world = World(["corp", "edge"], {"engine": Fault(from_turn=3, outcome=Outcome.RESET)})
+    live, written = drive(world, world.localizer())
+    assert {o.route for o in written} == {"direct"}
+    verdict = run_verdict(world.localizer(), written, check_plan(world))
+    assert verdict.verdict == SERVER and verdict.culprit == ENGINE and verdict.missing == ()
+    # But a run that says it did not finish is not a verdict, whatever it holds.
+    verdict = run_verdict(world.localizer(), written, check_plan(world, "interrupted"))
+    assert verdict.verdict == INCOMPLETE and verdict.missing == ()
+    assert verdict.so_far is not None and verdict.so_far.points_to == SERVER
+    assert verdict.summary.startswith("the run was interrupted before its end; so far the engine")
+
+
+def test_a_flaky_route_whose_next_repetition_is_missing_is_incomplete() -> None:
+    # The localizer wanted more repetitions to tell the flaky hop apart; the run stopped first.
+    world = World(["edge"], {"edge": Fault(probability=0.3)}, seed=4)
+    live, written = drive(world, world.localizer(repeat=3, max_repeat=10))
+    last = written[-1].route, written[-1].repetition
+    assert last[1] > 3, "the fault was told apart without more repetitions"
+    held = [o for o in written if (o.route, o.repetition) != last]
+    verdict = run_verdict(world.localizer(repeat=3, max_repeat=10), held, check_plan(world, FINISHED))
+    assert verdict.verdict == INCOMPLETE and verdict.missing_routes == [last[0]]
+    assert verdict.missing[0].state == NOT_REPLAYED and verdict.missing[0].repetition == last[1]
+    assert f"{last[0]} (repetition {last[1]}) not replayed" in verdict.summary
+    assert live.verdict in (PROXY, INCONCLUSIVE)
+
+
+def test_stop_session_ends_a_whole_repetition_at_its_first_failure() -> None:
+    # --on-fail stop-session: a session's turns after a failure were never sent.
+    world = World(["edge"], {"edge": Fault(from_turn=2)})
+    direct = world.replay(Replay("direct", 2))
+    edge = [o for o in world.replay(Replay("via:edge", 2)) if o.turn <= 2]  # stopped at turn 2
+    verdict = run_verdict(world.localizer(), direct + edge, check_plan(world, stop_session=True))
+    assert verdict.verdict == PROXY and verdict.culprit == "edge", verdict.summary
+    # Without stop-session the same run lacks turn 3 of every session: cut short.
+    verdict = run_verdict(world.localizer(), direct + edge, check_plan(world))
+    assert verdict.verdict == INCOMPLETE and verdict.missing[0].state == CUT_SHORT
+    # A session that stopped on a clean turn was cut, stop-session or not.
+    clean_cut = [o for o in world.replay(Replay("direct", 2)) if o.turn <= 2]
+    verdict = run_verdict(world.localizer(), clean_cut, check_plan(world, stop_session=True))
+    assert verdict.verdict == INCOMPLETE and verdict.missing_routes[0] == "direct"
+
+
+def test_a_route_missing_from_the_middle_of_a_finished_run_is_named() -> None:
+    # Lines of one route removed by hand: the evidence of the routes after it is still shown.
+    world = World(["corp", "edge", "gateway"], {"corp": Fault(from_turn=2)})
+    live, written = drive(world, world.localizer())
+    assert live.culprit == "corp"
+    held = [o for o in written if o.route != "via:edge"]
+    verdict = run_verdict(world.localizer(), held, check_plan(world))
+    assert verdict.verdict == INCOMPLETE and verdict.missing_routes == ["via:edge"]
+    assert [r.route for r in verdict.routes] == ["direct", "via:gateway", "via:corp"]
+    assert verdict.so_far is not None and verdict.so_far.points_to == INCONCLUSIVE  # corp or edge: not told
+
+
+def test_a_replay_run_must_hold_every_route_of_its_plan() -> None:
+    # A run `replay` made: every route of its plan, `repeat` times, judged as it is when whole.
+    world = World(["edge"], {"edge": Fault(from_turn=2)})
+    direct = world.replay(Replay("direct", 2))
+    edge = world.replay(Replay("via:edge", 2))
+    plan = RunPlan(routes=tuple(world.ladder), status=FINISHED, repeat=2, turns=PLAN_TURNS)
+    assert run_verdict(world.localizer(), direct + edge, plan).culprit == "edge"
+    one_rep = [o for o in edge if o.repetition == 1]
+    verdict = run_verdict(world.localizer(), direct + one_rep, plan)
+    assert verdict.verdict == INCOMPLETE and verdict.missing[0].repetition == 2
+    for status in ("interrupted", "limited", "failed"):
+        verdict = run_verdict(world.localizer(), direct + edge, replace(plan, status=status))
+        assert verdict.verdict == INCOMPLETE and verdict.run_status == status
+
+
+def test_a_run_with_nothing_whole_says_there_is_nothing_to_go_on() -> None:
+    world = World(["edge"])
+    first = world.replay(Replay("direct", 1))[:3]
+    verdict = run_verdict(world.localizer(), first, check_plan(world, "interrupted"))
+    assert verdict.verdict == INCOMPLETE and verdict.routes == () and verdict.so_far is None
+    assert verdict.missing_routes == ["direct", "via:edge"] and verdict.missing[0].state == CUT_SHORT
+    assert "no route was replayed in full" in verdict.summary
+    verdict = run_verdict(world.localizer(), [], check_plan(world, "interrupted"))
+    assert verdict.verdict == INCOMPLETE and [m.state for m in verdict.missing] == [NOT_REPLAYED] * 2

@@ -209,6 +209,37 @@ def test_bodies_without_a_history_match_by_digest_then_by_bytes(tmp_path: Path) 
     assert isinstance(ask(m, other, "/generate"), NoMatch)
 
 
+def respelled(body: bytes) -> bytes:
+    """The same JSON as a re-serializing gateway writes it: members reversed, spaced, escaped."""
+
+    def flip(doc):
+        if isinstance(doc, dict):
+            return {k: flip(v) for k, v in reversed(list(doc.items()))}
+        return [flip(v) for v in doc] if isinstance(doc, list) else doc
+
+    return json.dumps(flip(json.loads(body)), indent=1, ensure_ascii=True).encode()
+
+
+def test_a_re_serialized_body_has_the_digest_of_its_content(tmp_path: Path) -> None:
+    r = Rec(tmp_path / "r")
+    ids = list(range(50))
+    streamed = json.dumps({"input_ids": ids, "sampling_params": {"temperature": 0.5}, "stream": True}).encode()
+    whole = json.dumps({"input_ids": ids, "sampling_params": {"temperature": 0.5}, "stream": False}).encode()
+    xs = [r.add(streamed, url=GENERATE), r.add(whole, url=GENERATE)]
+    turns = session_of(3)
+    chats = [r.add(b) for b in turns]
+    m, _ = r.load()
+    for body, x in ((streamed, xs[0]), (whole, xs[1])):
+        found = ask(m, respelled(body).replace(b"0.5", b"5e-1"), "/generate")
+        # The same content, other bytes: the digest rule, and never the body that differs in
+        # a member (stream) that decides the shape of the answer.
+        assert isinstance(found, Match) and (found.rule, found.exchange.xid) == ("digest", x), found
+    # A re-serialized chat turn: its messages have other bytes (no continuity on their ids),
+    # its content is the recorded turn's.
+    found = ask(m, respelled(turns[1]))
+    assert isinstance(found, Match) and found.exchange.xid == chats[1] and found.rule == "digest", found
+
+
 def test_a_rewritten_first_question_shares_the_system_prompt_only(tmp_path: Path) -> None:
     r = Rec(tmp_path / "r")
     sys_msg = {"role": "system", "content": "You are an agent."}

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxycheck.core.stats import fisher_exact, median, percentile
+from proxycheck.core.stats import fisher_exact, fisher_greater, median, percentile
 
 # -- Fisher's exact test ------------------------------------------------------------------------------
 
@@ -143,3 +143,43 @@ def test_percentile_is_bounded_monotone_and_order_free(values: list[float], q1: 
     assert min(values) <= p_lo <= p_hi <= max(values)
     assert percentile(list(reversed(values)), lo) == p_lo
     assert percentile(values, 0) == min(values) and percentile(values, 100) == max(values)
+
+
+# -- Fisher's exact test, one-sided ---------------------------------------------------------------
+
+
+def brute_force_greater(a: int, b: int, c: int, d: int) -> float:
+    row1, row2, col1 = a + b, c + d, a + c
+    total = math.comb(row1 + row2, col1)
+    return float(sum(Fraction(math.comb(row1, x) * math.comb(row2, col1 - x), total)
+                     for x in range(a, min(row1, col1) + 1)))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        # The tail P(X >= a) of the hypergeometric, by hand: C(16, 9) = 11440 tables.
+        ((8, 2, 1, 5), (45 * 6 + 10 * 1) / 11440),  # x = 8, 9; scipy's alternative="greater" too
+        ((1, 5, 8, 2), 1 - 10 / 11440),  # the same margins the other way up: all but x = 0
+        ((3, 0, 0, 3), 1 / 20),  # the only table as extreme: 1 / C(6, 3)
+        ((5, 5, 5, 5), 1.0 - sum(math.comb(10, x) ** 2 for x in range(5)) / math.comb(20, 10)),
+    ],
+)
+def test_one_sided_known_values(table: tuple[int, int, int, int], expected: float) -> None:
+    assert fisher_greater(*table) == pytest.approx(expected, rel=1e-12)
+
+
+@given(st.integers(0, 12), st.integers(0, 12), st.integers(0, 12), st.integers(0, 12))
+def test_one_sided_agrees_with_the_definition_and_never_exceeds_one(a: int, b: int, c: int, d: int) -> None:
+    p = fisher_greater(a, b, c, d)
+    assert 0.0 < p <= 1.0
+    if a + b and c + d and a + c and b + d:
+        assert p == pytest.approx(brute_force_greater(a, b, c, d), rel=1e-12)
+
+
+def test_one_sided_is_about_more_only() -> None:
+    # Fewer differences on the route than on the floor is no evidence against the route.
+    assert fisher_greater(0, 20, 10, 10) == 1.0
+    assert fisher_greater(10, 10, 0, 20) < 1e-3
+    with pytest.raises(ValueError):
+        fisher_greater(1, -2, 3, 4)

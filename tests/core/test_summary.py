@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from proxycheck.core.outcomes import Outcome
-from proxycheck.core.summary import summarize
+from proxycheck.core.summary import summarize, to_json
+from proxycheck.report.terminal import sessions_view
 from proxycheck.io.storage import RecordingWriter, load
 
 CHAT = "http://e/v1/chat/completions"
@@ -98,8 +101,11 @@ def test_sessions_by_explicit_header_and_by_continuity(tmp_path: Path) -> None:
     _, sessions = r.turns()
     assert [(s.id, s.grouped_by, [t.xid for t in s.turns]) for s in sessions] == [
         ("alpha", "header:x-session-id", [a1, a2]),
-        ("s1", "continuity", [b1, b2]),
+        ("s2", "continuity", [b1, b2]),
     ]
+    # Labels in order of the first turn; the continuity session's id is its label, never the
+    # label of the keyed session before it.
+    assert [(s.label, s.key) for s in sessions] == [("s1", "alpha"), ("s2", None)]
     assert sessions[1].turns[1].think_time == pytest.approx(1.5)  # ends at +0.5, next starts 2 s later
 
 
@@ -124,3 +130,46 @@ def test_ttft_and_duration_come_from_recorded_times(tmp_path: Path) -> None:
     assert turns[x].ttft == pytest.approx(0.21)  # the role-only chunk at +0.20 is not content
     assert turns[x].duration == pytest.approx(0.5)
     assert turns[x].finish_reason == "stop"
+
+
+def test_a_turn_retried_after_504s_is_one_turn_whose_outcome_is_its_last_attempts(tmp_path: Path) -> None:
+    r = Rec(tmp_path / "rec")
+    ok = [delta("r"), delta("", "stop"), DONE]
+    turn2 = json.dumps({"model": "m", "stream": True, "messages": [
+        {"role": "user", "content": "a"}, {"role": "assistant", "content": "r"}, {"role": "user", "content": "b"}]}).encode()
+    x1 = r.exchange(chat("a"), events=ok)
+    x2 = r.exchange(turn2, headers=[("X-Stainless-Retry-Count", "0")], status=504, events=[b"gateway timeout"], streamed=False)
+    x3 = r.exchange(turn2, headers=[("X-Stainless-Retry-Count", "1")], status=504, events=[b"gateway timeout"], streamed=False)
+    x4 = r.exchange(turn2, headers=[("X-Stainless-Retry-Count", "2")], events=ok)
+    _, (s,) = r.turns()
+    assert [(t.xid, t.turn, t.attempt, t.attempts, t.retry_count) for t in s.turns] == [
+        (x1, 1, 1, 1, None), (x2, 2, 1, 3, 0), (x3, 2, 2, 3, 1), (x4, 2, 3, 3, 2)]
+    assert [t.think_time for t in s.turns] == [None, pytest.approx(0.5), None, None]
+    assert [t.backoff for t in s.turns] == [None, None, pytest.approx(0.5), pytest.approx(0.5)]
+    assert (s.turn_count, s.retries, dict(s.outcomes)) == (2, 2, {"ok": 2})
+    doc = to_json("rec", [s], [])["sessions"][0]
+    assert [(t["turn"], t["attempt"], t["attempts"], t["outcome"]) for t in doc["turns"]] == [
+        (1, 1, 1, "ok"), (2, 1, 3, "http_error"), (2, 2, 3, "http_error"), (2, 3, 3, "ok")]
+    assert (doc["turn_count"], doc["retries"], doc["outcomes"]) == (2, 2, {"ok": 2})
+    assert s.name.attempts == ((x2, 1, 3), (x3, 2, 3), (x4, 3, 3))
+
+    # As `proxycheck sessions` shows it: one turn in three attempts, the failed ones listed.
+    console = Console(width=120, record=True, color_system=None, file=io.StringIO())
+    console.print(sessions_view("rec", [s]))
+    out = console.export_text()
+    row = next(line for line in out.splitlines() if line.startswith("│ s1"))
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    assert cells[2] == "2" and cells[5] == "1 ok · 2 ok (3 attempts)"
+    assert "rec: 1 session(s), 4 exchange(s) (2 of them retries)" in out
+    assert cells[4] == "0.5"  # the think time before turn 2; backoffs are not think time
+    assert "s1 turn 2, attempt 1 of 3: http_error" in out and "s1 turn 2, attempt 2 of 3: http_error" in out
+    assert out.count("retried: ok on attempt 3") == 2
+
+
+def test_a_retried_turn_that_never_got_through_keeps_its_last_failure(tmp_path: Path) -> None:
+    r = Rec(tmp_path / "rec")
+    r.exchange(chat("a"), status=504, events=[b"x"], streamed=False)
+    r.exchange(chat("a"), status=None, end=False)
+    _, (s,) = r.turns()
+    assert [(t.turn, t.attempt, t.outcome) for t in s.turns] == [(1, 1, Outcome.HTTP_ERROR), (1, 2, Outcome.IN_FLIGHT)]
+    assert dict(s.outcomes) == {"in_flight": 1}

@@ -78,13 +78,35 @@ def test_agent_loops_end_after_two_tool_rounds() -> None:
     assert synth.offered_tools("openai_chat", req) == []
 
 
-def test_same_body_same_answer_other_body_other_answer() -> None:
+def test_same_content_same_answer_other_content_other_answer() -> None:
     req = request("openai_chat", 12)
     body = json.dumps(req).encode()
-    assert synth.plan("openai_chat", req, body, TIMING) == synth.plan("openai_chat", req, body, TIMING)
-    other = synth.plan("openai_chat", req, body + b" ", TIMING)
-    assert other.tokens != synth.plan("openai_chat", req, body, TIMING).tokens
-    assert synth.plan("openai_chat", req, body, TIMING, seed=1).tokens != other.tokens
+    first = synth.plan("openai_chat", req, body, TIMING)
+    assert first == synth.plan("openai_chat", req, body, TIMING)
+    # Other bytes of the same content (a gateway re-serialized it), and members the model does
+    # not see (the model name a gateway maps, stream options): the same answer.
+    respelled = json.loads(body)
+    assert synth.plan("openai_chat", respelled, json.dumps(respelled, indent=2).encode(), TIMING).tokens == first.tokens
+    unseen = {**req, "model": "alias", "stream": True, "stream_options": {"include_usage": True}}
+    assert synth.plan("openai_chat", unseen, json.dumps(unseen).encode(), TIMING).tokens == first.tokens
+    # What the model sees, changed: another answer; so is another engine seed.
+    hotter = {**req, "temperature": 0.7}
+    assert synth.plan("openai_chat", hotter, json.dumps(hotter).encode(), TIMING).tokens != first.tokens
+    asked = {**req, "messages": [{"role": "user", "content": "say more"}]}
+    assert synth.plan("openai_chat", asked, json.dumps(asked).encode(), TIMING).tokens != first.tokens
+    assert synth.plan("openai_chat", req, body, TIMING, seed=1).tokens != first.tokens
+
+
+def test_a_tool_schema_in_another_member_order_gets_the_same_tool_call() -> None:
+    props = {"path": {"type": "string"}, "limit": {"type": "integer"}, "all": {"type": "boolean"}}
+    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object", "properties": props}}}]
+    req = request("openai_chat", tools=tools)
+    flipped = json.loads(json.dumps(req))
+    schema = flipped["tools"][0]["function"]["parameters"]
+    schema["properties"] = dict(reversed(list(props.items())))
+    first = synth.plan("openai_chat", req, json.dumps(req).encode(), TIMING, tool_call_rate=1.0)
+    again = synth.plan("openai_chat", flipped, json.dumps(flipped).encode(), TIMING, tool_call_rate=1.0)
+    assert first.tool_calls and first.tool_calls == again.tool_calls
 
 
 def test_timing_model_and_lengths() -> None:

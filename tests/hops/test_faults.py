@@ -29,7 +29,9 @@ import pytest
 from proxycheck.core import dialects
 from proxycheck.core.model import Result
 from proxycheck.core.sse import SSEComment, SSEEvent, SSEParser
+from proxycheck.core.requestparts import canonical_json
 from proxycheck.core.ssefilter import coin, truncate_messages
+from proxycheck.hops.faults import reserialize_json
 from proxycheck.io.procs import Managed, mitmdump_path, start_engine, start_mitmdump
 
 ADDON = str(Path(__file__).resolve().parents[2] / "addons" / "faults.py")
@@ -520,6 +522,42 @@ class TestTruncateMessages:
         # A real gzip body is decoded, cut and encoded again (the engine's server gunzips it).
         zipped = observe(proc.url, gzip.compress(body), headers={"content-encoding": "gzip"})
         assert zipped.headers["x-proxycheck-request-sha256"] == sha(cut)
+
+
+# --------------------------------------------------------------------------------------------
+# re-serialized bodies
+
+
+class TestReserialize:
+    @pytest.mark.timeout(30)
+    def test_the_engine_gets_the_same_json_in_other_bytes(self, hop: HopFactory) -> None:
+        doc = json.loads(chat_body(turn=3, stream=False))
+        doc["temperature"] = 1
+        doc["messages"][0]["content"] = "Sé breve."
+        body = json.dumps(doc, ensure_ascii=False).encode()
+        seen = observe(hop(reserialize=True).url, body)
+        assert seen.status == 200
+        assert seen.headers["x-proxycheck-request-sha256"] != sha(body)
+        assert int(seen.headers["x-proxycheck-request-bytes"]) != len(body)
+        canonical = hashlib.sha256(canonical_json(doc)).hexdigest()
+        assert seen.headers["x-proxycheck-request-canonical-sha256"] == canonical
+        # What the engine received, exactly: the hop's own rewrite of the body.
+        again = reserialize_json(body)
+        assert again is not None and seen.headers["x-proxycheck-request-sha256"] == sha(again)
+        assert b'"temperature": 1.0' in again and b"\\u00e9" in again
+        assert list(json.loads(again)) == list(reversed(list(doc)))
+
+    @pytest.mark.timeout(30)
+    def test_after_a_truncation_and_never_on_what_is_not_json(self, hop: HopFactory) -> None:
+        proc = hop(reserialize=True, truncate_messages=2)
+        body = chat_body(turn=4, stream=False)
+        cut = truncate_messages(body, 2)
+        again = reserialize_json(cut or b"")
+        assert again is not None
+        assert observe(proc.url, body).headers["x-proxycheck-request-sha256"] == sha(again)
+        garbage = b"[1, 2"  # not JSON: passed on as it came (the engine answers it 400)
+        seen = observe(proc.url, garbage)
+        assert seen.status == 400 and seen.headers["x-proxycheck-request-sha256"] == sha(garbage)
 
 
 # --------------------------------------------------------------------------------------------

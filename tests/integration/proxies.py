@@ -1,4 +1,5 @@
-"""Real nginx, HAProxy and Squid on loopback ports, with generated configs, stopped by pid.
+"""Real nginx, HAProxy, Squid and the LiteLLM proxy on loopback ports, with generated configs,
+stopped by pid.
 
 Each `start_*` writes a whole configuration (the caller gives the part under test), runs the
 proxy in the foreground as a `Managed` process (stopped by its pid: SIGTERM, then SIGKILL), and
@@ -8,12 +9,15 @@ directory any user may write, since nginx's workers and Squid drop root privileg
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from common import binary, free_port, shared_dir
+import pytest
+from common import REPO, binary, free_port, shared_dir
 
 from proxycheck.io.procs import Managed
 
@@ -41,10 +45,11 @@ class Proxy:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
-def _start(argv: list[str], port: int, home: Path, name: str) -> Proxy:
-    proc = Managed(argv, "127.0.0.1", port, name=name, log_dir=home)
+def _start(argv: list[str], port: int, home: Path, name: str, *, env: dict[str, str] | None = None,
+           timeout: float = 30) -> Proxy:  # fmt: skip
+    proc = Managed(argv, "127.0.0.1", port, name=name, log_dir=home, env=env)
     try:
-        proc.wait_ready(30)
+        proc.wait_ready(timeout)
     except Exception:
         shutil.rmtree(home, ignore_errors=True)
         raise
@@ -137,3 +142,47 @@ shutdown_lifetime 0 seconds
 """
     (home / "squid.conf").write_text(conf)
     return _start([squid, "-N", "-d", "1", "-f", str(home / "squid.conf")], port, home, "squid")
+
+
+# LiteLLM needs h11 >= 0.16, which mitmproxy 11 refuses: it has a venv of its own, built by
+# `make test` from tests/tools/litellm.txt.
+LITELLM = REPO / ".venv-litellm" / "bin" / "litellm"
+# What the LiteLLM proxy would fetch from the internet at start-up (the model cost map, Anthropic
+# beta headers, blog posts, policy templates, autorouter presets): the bundled copies instead.
+# Telemetry is off as well; there is no database (no DATABASE_URL) and no callback.
+LITELLM_OFFLINE = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS": "True",
+    "LITELLM_LOCAL_BLOG_POSTS": "True",
+    "LITELLM_LOCAL_POLICY_TEMPLATES": "True",
+    "LITELLM_LOCAL_AUTOROUTER_PRESETS": "True",
+    "LITELLM_TELEMETRY_DISABLED": "true",
+    "NO_DOCS": "True",
+}
+
+
+def start_litellm(engine: str, *, model: str = "proxycheck-agent", params: dict[str, Any] | None = None,
+                  master_key: str | None = None, settings: dict[str, Any] | None = None) -> Proxy:  # fmt: skip
+    """The LiteLLM proxy on a free loopback port with one model, `model`, that forwards to the
+    engine at `engine` as an OpenAI-compatible backend (`openai/...`, a dummy API key);
+    `params` adds litellm_params (`timeout`, `stream_timeout`), `settings` litellm_settings,
+    `master_key` makes every request need `Authorization: Bearer KEY`. Without a master key it is
+    told to start anyway (it refuses to, unless in local development). Start-up takes seconds."""
+    if not LITELLM.exists():
+        # `make test` always builds it (PyPI only, no root): a missing venv is a broken set-up.
+        pytest.fail(f"{LITELLM} is missing: `make test` builds it (make .venv-litellm/.installed)")
+    home = shared_dir("litellm-")
+    port = free_port()
+    general: dict[str, Any] = (
+        {"master_key": master_key} if master_key else {"dangerously_permit_weak_or_unset_master_key": True}
+    )
+    config = {
+        "model_list": [{"model_name": model, "litellm_params": {
+            "model": f"openai/{model}", "api_base": f"{engine}/v1", "api_key": "dummy", **(params or {})}}],
+        "litellm_settings": {"telemetry": False, **(settings or {})},
+        "general_settings": general,
+    }  # fmt: skip
+    (home / "config.yaml").write_text(json.dumps(config, indent=2))  # JSON is YAML
+    argv = [str(LITELLM), "--config", str(home / "config.yaml"), "--host", "127.0.0.1", "--port", str(port)]
+    # Uvicorn listens only once LiteLLM's start-up is complete: a port that accepts means ready.
+    return _start(argv, port, home, "litellm", env=LITELLM_OFFLINE, timeout=120)

@@ -14,6 +14,7 @@ import pytest
 
 from proxycheck.core import dialects
 from proxycheck.core.analysis import StreamTracker
+from proxycheck.core.requestparts import HEADER_LIMIT, decode_parts
 from proxycheck.io.procs import start_engine
 
 pytestmark = pytest.mark.timeout(60)
@@ -98,6 +99,47 @@ def test_answers_are_deterministic_per_body(engine) -> None:
     assert first == again and first != other
 
 
+def post_raw(url: str, path: str, raw: bytes) -> httpx.Response:
+    return httpx.post(url + path, content=raw, headers={"content-type": "application/json"}, timeout=10)
+
+
+def test_the_same_content_in_other_bytes_gets_the_same_answer(engine) -> None:
+    path = PATHS["openai_chat"]
+    doc = body_for("openai_chat", 8, stream=False, temperature=0.5)
+    doc["messages"][0]["content"] = "Once, in Zürich"
+    plain = json.dumps(doc, ensure_ascii=False).encode()
+    # A gateway's re-serialization: other member order, spacing, escapes, 0.5 as 5e-1; and
+    # members the model does not see (the model name it maps, stream options).
+    respelled = json.dumps(dict(reversed(list(doc.items()))), indent=2).replace('"temperature": 0.5', '"temperature": 5e-1')
+    gateway = {**doc, "model": "alias", "stream_options": {"include_usage": False}}
+    answers = [post_raw(engine.url, path, raw) for raw in (plain, respelled.encode(), json.dumps(gateway).encode())]
+    assert all(r.status_code == 200 for r in answers)
+    texts = {dialects.parse_body("openai_chat", r.content).text for r in answers}
+    assert len(texts) == 1
+    raw_digests = {r.headers["x-proxycheck-request-sha256"] for r in answers}
+    assert len(raw_digests) == 3  # the engine did see three different bodies
+    assert answers[0].headers["x-proxycheck-request-canonical-sha256"] == answers[1].headers[
+        "x-proxycheck-request-canonical-sha256"]
+    parts = [decode_parts(r.headers["x-proxycheck-request-parts"]) for r in answers]
+    assert parts[0].view == parts[1].view == parts[2].view and parts[2].model == "alias"
+    # What the model sees, changed: another answer, and another view in the header.
+    other = post_raw(engine.url, path, json.dumps({**doc, "temperature": 0.6}).encode())
+    assert dialects.parse_body("openai_chat", other.content).text not in texts
+    assert decode_parts(other.headers["x-proxycheck-request-parts"]).view != parts[0].view
+
+
+def test_the_parts_header_describes_the_request_within_bounds(engine) -> None:
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"} for i in range(400)]
+    doc = body_for("anthropic_messages", 2, stream=False, messages=messages, system="Be brief.", temperature=0.2)
+    resp = post_raw(engine.url, PATHS["anthropic_messages"], json.dumps(doc).encode())
+    assert resp.status_code == 200
+    value = resp.headers["x-proxycheck-request-parts"]
+    assert len(value) <= HEADER_LIMIT
+    parts = decode_parts(value)
+    assert parts.message_count == 400 and parts.system is not None and ("temperature", "0.2") in parts.params
+    assert ("max_tokens", "2") in parts.params and parts.model == "m"
+
+
 def test_tools_offered_give_tool_calls_on_some_turns(engine) -> None:
     tools = [{"type": "function", "function": {"name": "run_tests", "parameters": {"type": "object",
                                                                                    "properties": {"k": {"type": "string"}}}}}]
@@ -119,6 +161,9 @@ def test_models_and_health(engine) -> None:
 def test_bad_bodies_get_400_with_the_digest(engine) -> None:
     resp = httpx.post(engine.url + PATHS["openai_chat"], content=b"{oops", timeout=5)
     assert resp.status_code == 400 and resp.headers["x-proxycheck-request-bytes"] == "5"
+    # Not JSON: the raw digest only (there is no canonical form, nor parts, to report).
+    assert "x-proxycheck-request-canonical-sha256" not in resp.headers
+    assert "x-proxycheck-request-parts" not in resp.headers
 
 
 def test_idle_keepalive_connections_are_closed(engine) -> None:

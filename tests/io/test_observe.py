@@ -21,6 +21,7 @@ import pytest
 
 from proxycheck.core.observation import Observation
 from proxycheck.core.outcomes import Outcome
+from proxycheck.core.ssefilter import truncate_messages
 from proxycheck.io.observe import ConnState, Observed, Watchdogs, aiohttp_trace_config, observe_aiohttp, observe_httpx
 from proxycheck.io.procs import Managed, free_port, start_engine, start_mitmdump
 
@@ -102,6 +103,12 @@ def keepalive_hop(engine: Managed) -> Iterator[Managed]:
 def gateway_hop(engine: Managed) -> Iterator[Managed]:
     """Answers 413 to bodies over 2000 bytes and keeps only the last 2 messages of the others."""
     yield from hop_with(engine, "max_body=2000", "truncate_messages=2")
+
+
+@pytest.fixture(scope="module")
+def reserializing_hop(engine: Managed) -> Iterator[Managed]:
+    """Writes every JSON request body another way: the same content, other bytes."""
+    yield from hop_with(engine, "reserialize=true")
 
 
 # -- the two client stacks --------------------------------------------------------------------------
@@ -245,11 +252,23 @@ async def test_a_413_is_an_http_error_with_its_status(gateway_hop: Managed, stac
 
 
 async def test_a_hop_that_rewrites_the_request_is_caught_by_the_digest(gateway_hop: Managed, stack: str) -> None:
-    body = chat(n_messages=4)
+    body = chat(n_messages=4)  # system, user, assistant, user: the hop keeps the system and the last 2
     obs = await observe_one(stack, gateway_hop.url, body)
     assert obs.outcome is Outcome.REQUEST_MUTATED and obs.status == 200
-    assert obs.detail.startswith("the engine received ") and f"another digest; {len(body)} were sent" in obs.detail
+    cut = truncate_messages(body, 2)
+    assert cut is not None
+    assert obs.detail == (f"what the model sees changed: messages 4 -> 3: message 2 dropped "
+                          f"(the engine received {len(cut)} bytes; {len(body)} were sent)")  # fmt: skip
     assert obs.response_header("x-proxycheck-request-sha256") != obs.request_sha256
+
+
+async def test_a_hop_that_only_re_serializes_the_request_changes_nothing(reserializing_hop: Managed,
+                                                                         stack: str) -> None:
+    body = chat(n_messages=5, pad=200).replace(b"You are terse.", "Tu es bref, café.".encode())
+    obs = await observe_one(stack, reserializing_hop.url, body)
+    # Other bytes reached the engine (the raw digest says so) with the same content: no change.
+    assert obs.response_header("x-proxycheck-request-sha256") != obs.request_sha256
+    assert obs.outcome is Outcome.OK and obs.detail == ""
 
 
 async def test_a_closed_port_is_a_connect_error(stack: str) -> None:

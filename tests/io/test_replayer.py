@@ -573,6 +573,7 @@ def test_cli_module_namespace_run(world: World, tmp_path: Path) -> None:
         directory=str(world.recording), chain=str(chain), route=["direct"], repeat=1, concurrency=None, pace="fast",
         mode="exact", client="httpx", on_fail="stop-session", connect_timeout=None, header_timeout=None,
         stall_timeout=None, total_timeout=None, max_requests=None, dry_run=False, out=str(tmp_path / "run"),
+        greedy=False,
     )  # fmt: skip
     assert replay_cmd.run(ns) == 0
     meta = load_run(tmp_path / "run").meta

@@ -9,9 +9,9 @@ from typing import Sequence
 from proxycheck.core.model import Event
 from proxycheck.core.observation import Observation
 from proxycheck.core.outcomes import Outcome
-from proxycheck.core.verdict import Judged, NoiseFloor, RouteReport, advice
+from proxycheck.core.advice import advise
+from proxycheck.core.verdict import Judged, NoiseFloor, RouteReport
 
-STALL_ADVICE = advice(Outcome.STALL_MID_STREAM, Observation(t_start=0.0, outcome=Outcome.STALL_MID_STREAM), "edge")
 STALL_DETAIL = "no content for 10.0 s after event 12 (1.9 KB received)"
 SUMMARY = "hop edge stalls mid-stream from turn 4 on; direct and via:gateway clean in 10/10"
 
@@ -38,6 +38,16 @@ def stalled_stream(route: str = "via:edge", turn: int = 4, repetition: int = 1, 
         headers=0.04, first_event=0.05, first_content=0.06, end=10.65, events=tuple(events),
         status=200, outcome=Outcome.STALL_MID_STREAM, detail=STALL_DETAIL,
     )  # fmt: skip
+
+
+def stall_judged(repetition: int) -> Judged:
+    return Judged(stalled_stream(repetition=repetition), Outcome.STALL_MID_STREAM, STALL_DETAIL,
+                  complete_stream(repetition=repetition))  # fmt: skip
+
+
+# The advice of the sample proxy verdict: s1 turn 4 stalled behind hop edge in each of 10 repetitions.
+STALL = advise("edge", [stall_judged(rep) for rep in range(1, 11)])
+STALL_ADVICE = STALL.text
 
 
 def route(name: str, hops: Sequence[str], outcomes: dict[str, int], ttft: float, added: float | None) -> RouteReport:

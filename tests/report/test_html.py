@@ -7,7 +7,7 @@ import re
 from dataclasses import replace
 from html.parser import HTMLParser
 
-from samples import STALL_ADVICE, stalled_stream
+from samples import STALL, stalled_stream
 
 from proxycheck.core.verdict import Evidence, Verdict
 from proxycheck.report.html import html_report, nice_step
@@ -80,7 +80,8 @@ def test_the_verdict_summary_and_statistics(proxy_verdict: Verdict) -> None:
     assert parsed.find("h1", id="verdict")
     assert parsed.text_by_id["verdict"] == "proxy: hop edge"
     assert parsed.text_by_id["summary"] == proxy_verdict.summary
-    assert parsed.text_by_id["statistics"] == "Fisher's exact test p=0.0003: via:edge 10/40 failed, via:gateway 0/40"
+    assert parsed.text_by_id["statistics"] == (
+        "Fisher's exact test decided: p=0.0003 < 0.01 (via:edge 10/40 failed, via:gateway 0/40)")
 
 
 def test_routes_in_ladder_order_with_their_counts(proxy_verdict: Verdict) -> None:
@@ -94,11 +95,18 @@ def test_routes_in_ladder_order_with_their_counts(proxy_verdict: Verdict) -> Non
     assert len(bars) == 3 and bars[2]["aria-label"] == "30 ok, 10 stall_mid_stream"
 
 
-def test_findings_carry_their_advice(proxy_verdict: Verdict) -> None:
-    text, _ = page(proxy_verdict)
+def test_findings_list_the_exchanges_and_the_advice_is_given_once(proxy_verdict: Verdict) -> None:
+    text, parsed = page(proxy_verdict)
     findings = text[text.index('<section id="findings">') :].split("</section>")[0]
-    assert "repetitions 1-10" in findings and "stall_mid_stream" in findings
-    assert f"<strong>advice:</strong> {html.escape(STALL_ADVICE)}</p>" in findings
+    assert "repetitions 1-10" in findings and "stall_mid_stream" in findings and "likely" not in findings
+    (item,) = [a for t, a in parsed.tags if t == "li" and a.get("data-kind")]
+    assert (item["data-hop"], item["data-outcome"], item["data-kind"]) == ("edge", "stall_mid_stream", "stall_mid_stream")
+    advice = parsed.text_by_id["advice"]
+    assert "Advice (1)" in advice and "hop edge · stall_mid_stream · 10 exchange(s) on via:edge" in advice
+    assert f'<p class="seen">{html.escape(STALL.seen)}</p>' in text
+    assert f'<p class="likely"><strong>likely:</strong> {html.escape(STALL.likely)}</p>' in text
+    assert f'<p class="fix"><strong>fix:</strong> {html.escape(STALL.fix)}</p>' in text
+    assert text.count(html.escape(STALL.likely)) == 1
 
 
 def test_the_timeline_draws_both_exchanges_on_one_axis(proxy_verdict: Verdict) -> None:
@@ -157,3 +165,15 @@ def test_axis_steps_are_round_numbers() -> None:
     assert nice_step(10.65) == 2
     assert nice_step(1.26) == 0.2
     assert nice_step(600) == 100
+
+
+def test_incomplete_lists_the_missing_routes(incomplete_verdict: Verdict) -> None:
+    text, parsed = page(incomplete_verdict)
+    assert parsed.text_by_id["verdict"] == "incomplete"
+    assert parsed.text_by_id["summary"] == incomplete_verdict.summary
+    assert 'class="card verdict-card incomplete"' in text
+    missing = [a["data-route"] for a in parsed.find("li") if a.get("data-route")]
+    assert missing == ["via:edge", "via:corp"]
+    cut = "via:edge: cut short in repetition 1 (2 of 40 exchanges observed, not judged)"
+    assert cut in parsed.text_by_id["missing"]
+    assert [a["data-route"] for a in parsed.find("tr") if a.get("data-route")] == ["direct", "via:gateway"]

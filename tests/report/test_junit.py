@@ -49,7 +49,9 @@ def test_a_failing_case_names_the_outcome_the_turns_and_the_advice(proxy_verdict
     assert "2 of 8 exchange(s) failed:" in text
     assert f"repetition 1, turn 4: stall_mid_stream — {STALL_DETAIL}" in text
     assert "repetition 2, turn 4: stall_mid_stream" in text
-    assert text.count("advice: ") == 1 and f"advice: {STALL_ADVICE}" in text
+    # The advice once, with what it covers: not once per failing exchange.
+    assert text.count("advice (") == 1
+    assert f"advice (hop edge · stall_mid_stream · 10 exchange(s) on via:edge): {STALL_ADVICE}" in text
     assert case(root, "via:gateway", "s1").find("failure") is None
 
 
@@ -61,7 +63,8 @@ def test_degradations_are_notes_unless_counted_as_failures(proxy_verdict: Verdic
     out = buffered.findtext("system-out") or ""
     assert "2 degraded exchange(s), not counted as failures:" in out
     assert "repetition 1, turn 1: buffered — TTFT 1.20 s vs 0.06 s" in out
-    assert "advice: hop edge buffers the stream" in out
+    # No advice of the verdict covers them: made from the route's exchanges, about hop edge.
+    assert "advice (hop edge · buffered · 2 exchange(s) on via:edge): hop edge delivers streams in bursts" in out
 
     strict = parse(proxy_verdict, judged, fail_on={Outcome.BUFFERED})
     failure = case(strict, "via:edge", "s2").find("failure")
@@ -77,7 +80,7 @@ def test_the_verdict_is_in_each_suites_properties(proxy_verdict: Verdict) -> Non
     props = {p.get("name"): p.get("value") for p in edge.iter("property")}
     assert props["verdict"] == "proxy" and props["culprit"] == "edge" and props["headline"] == "proxy: hop edge"
     assert props["summary"] == proxy_verdict.summary
-    assert props["statistics"] == "Fisher's exact test p=0.0003: via:edge 10/40 failed, via:gateway 0/40"
+    assert props["statistics"] == "Fisher's exact test decided: p=0.0003 < 0.01 (via:edge 10/40 failed, via:gateway 0/40)"
     assert props["route.state"] == "failing" and props["route.hops"] == "edge gateway"
 
 
@@ -93,7 +96,7 @@ def test_direct_failures_get_the_engine_advice(server_verdict: Verdict) -> None:
     root = parse(replace(server_verdict, findings=()), {"direct": [reset]})
     failure = case(root, "direct", "s9").find("failure")
     assert failure is not None and failure.get("message") == "reset: closed"
-    assert f"advice: {ENGINE_ADVICE}" in (failure.text or "")
+    assert f"advice (the engine · reset, mid stream · 1 exchange(s) on direct): {ENGINE_ADVICE}" in (failure.text or "")
     # Routes of the verdict without judged exchanges are still there, empty.
     assert [s.get("tests") for s in root.findall("testsuite")] == ["1", "0", "0"]
 
@@ -109,3 +112,22 @@ def test_text_is_escaped_and_control_characters_replaced(not_reproduced_verdict:
     assert failure.get("message") == 'reset: a <b> & "c" \ufffd\ufffd]8;; end'
     summary = root.find("testsuite[@name='direct']/properties/property[@name='summary']")
     assert summary is not None and summary.get("value", "").startswith('a <b> & "c"')
+
+
+def test_missing_routes_are_errored_testcases(incomplete_verdict: Verdict) -> None:
+    judged = {r: js for r, js in judged_for(incomplete_verdict.routes).items()}
+    root = parse(incomplete_verdict, {r: [replace(j, outcome=Outcome.OK) for j in js] for r, js in judged.items()})
+    assert [s.get("name") for s in root.findall("testsuite")] == ["direct", "via:gateway", "via:edge", "via:corp"]
+    assert root.get("errors") == "2" and root.get("failures") == "0" and root.get("tests") == "6"
+    cut = case(root, "via:edge", "(cut short)")
+    error = cut.find("error")
+    assert error is not None and error.get("type") == "incomplete"
+    assert error.get("message") == "via:edge: cut short in repetition 1 (2 of 40 exchanges observed, not judged)"
+    assert incomplete_verdict.summary in (error.text or "")
+    assert cut.find("skipped") is None and cut.find("failure") is None
+    never = case(root, "via:corp", "(not replayed)")
+    assert never.find("error") is not None
+    suite = root.find("testsuite[@name='via:corp']")
+    assert suite is not None and suite.get("tests") == "1" and suite.get("errors") == "1"
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["verdict"] == "incomplete" and props["culprit"] == ""

@@ -6,9 +6,9 @@ import io
 from dataclasses import replace
 
 from rich.console import Console
-from samples import STALL_ADVICE, STALL_DETAIL, SUMMARY, complete_stream, stalled_stream
+from samples import STALL, STALL_ADVICE, STALL_DETAIL, SUMMARY, complete_stream, stalled_stream
 
-from proxycheck.core.verdict import Evidence, Finding, Verdict
+from proxycheck.core.verdict import ENGINE_ADVICE, Advice, Evidence, Finding, Verdict
 from proxycheck.report.verdict_view import (
     CUT_MARK,
     render_verdict,
@@ -38,7 +38,7 @@ def test_proxy_verdict_names_the_culprit_the_statistics_and_the_summary(proxy_ve
     out = rendered(proxy_verdict)
     assert "proxy   culprit: hop edge   from turn 4" in out
     assert SUMMARY in flat(out)
-    assert "Fisher's exact test p=0.0003: via:edge 10/40 failed, via:gateway 0/40" in out
+    assert "Fisher's exact test decided: p=0.0003 < 0.01 (via:edge 10/40 failed, via:gateway 0/40)" in out
     assert "noise floor (direct, 20 pair(s))" in out
     assert all(len(line) <= 100 for line in out.splitlines())
 
@@ -57,12 +57,42 @@ def test_route_table_has_one_row_per_route_in_ladder_order_with_counts(proxy_ver
     assert direct[4:7] == ["40", "·", "clean"]  # no stall on direct: a dot, not a zero
 
 
-def test_findings_of_one_exchange_fold_into_one_with_its_advice(proxy_verdict: Verdict) -> None:
+def test_findings_of_one_exchange_fold_into_one_and_its_advice_is_given_once(proxy_verdict: Verdict) -> None:
     out = flat(rendered(proxy_verdict))
     assert "Findings (10 in 1 exchange(s))" in out
     assert f"via:edge session s1 turn 4 (repetitions 1-10): stall_mid_stream — {STALL_DETAIL}" in out
-    assert f"advice: {STALL_ADVICE}" in out
-    assert "proxy_buffering off" in out
+    assert "Advice (1, for 10 exchange(s)) hop edge · stall_mid_stream · 10 exchange(s) on via:edge" in out
+    # What was seen, the likely causes and the fix, each on its own line, once.
+    assert f"{STALL.seen} likely: {STALL.likely} fix: {STALL.fix}" in out
+    assert out.count("likely: ") == 1 and out.count("fix: ") == 1
+    assert "then none for 10.0 s (keep-alive comments still came)" in out and "proxy_buffering off" in out
+
+
+def test_advice_covering_many_exchanges_is_given_once_with_their_count(proxy_verdict: Verdict) -> None:
+    # Three sessions stalled in each of 10 repetitions: 30 findings, 3 exchanges, one advice.
+    findings = tuple(Finding("via:edge", rep, s, 4, "stall_mid_stream", STALL_DETAIL, STALL_ADVICE)
+                     for s in ("s1", "s2", "s3") for rep in range(1, 11))  # fmt: skip
+    stalls = replace(STALL, exchanges=30)
+    out = flat(rendered(replace(proxy_verdict, findings=findings, advice=(stalls,))))
+    assert "Findings (30 in 3 exchange(s))" in out
+    assert "Advice (1, for 30 exchange(s))" in out and "· 30 exchange(s) on via:edge" in out
+    assert out.count(STALL.likely) == 1
+
+
+def test_a_413_advice_reads_whole_at_100_columns(proxy_verdict: Verdict) -> None:
+    refused = Advice("edge", "http_error", "body_limit",
+                     seen="hop edge refused request bodies with HTTP 413: requests up to 60,112 B passed via:edge, "
+                          "the smallest refused was 60,590 B: the limit lies between",
+                     likely="its request body size limit (nginx client_max_body_size)",
+                     fix="raise it above the largest request body the sessions send (67,078 B in this run)",
+                     exchanges=4, routes=("via:edge",))  # fmt: skip
+    findings = tuple(Finding("via:edge", 1, s, 3, "http_error", "HTTP 413", refused.text) for s in ("s1", "s2"))
+    out = rendered(replace(proxy_verdict, findings=findings, advice=(refused,)), 100)
+    assert all(len(line) <= 100 for line in out.splitlines())
+    text = flat(out)
+    assert "hop edge · http_error, body limit · 4 exchange(s) on via:edge" in text
+    assert f"{refused.seen} likely: {refused.likely} fix: {refused.fix}" in text
+    assert "67,078 B" in text and "60,590 B here" not in text
 
 
 def test_only_the_first_findings_are_listed(proxy_verdict: Verdict) -> None:
@@ -109,11 +139,12 @@ def test_healthy_verdict_has_clean_routes_and_no_findings(healthy_verdict: Verdi
 def test_server_verdict_blames_the_engine(server_verdict: Verdict) -> None:
     out = rendered(server_verdict)
     assert "server   culprit: the engine (the direct route fails)   from turn 2" in out
-    assert "the direct route fails: direct 8/40 failed" in out
+    assert "the direct route fails (direct 8/40 failed)" in out
     cells = [c.strip() for c in row(out, "direct").split("│")[1:-1]]
     assert cells[4:7] == ["32", "8", "failing"]
     assert "direct session s2 turn 2 (repetition 1): reset" in flat(out)
-    assert "advice: the hop closed the connection mid-response" in flat(out)
+    assert "the engine · reset, mid stream · 1 exchange(s) on direct" in flat(out)
+    assert f"{ENGINE_ADVICE}" in flat(out) and "hop" not in flat(out).split("Advice (1")[1]
 
 
 def test_not_reproduced_lists_what_differed(not_reproduced_verdict: Verdict) -> None:
@@ -135,12 +166,30 @@ def test_a_narrow_console_folds_the_outcomes_into_one_column(proxy_verdict: Verd
 def test_statistics_line_reads_the_localizers_figures_or_the_routes(proxy_verdict: Verdict) -> None:
     # Without figures, the counts of the culprit's route and the next one inward.
     assert statistics_line(replace(proxy_verdict, statistics={})) == "via:edge 10/40 failed, via:gateway 0/40"
-    same = {"method": "deterministic", "p_value": 1e-5, "failing_route": "via:edge", "failing": [20, 40],
-            "clean_route": "via:gateway", "clean": [0, 40]}  # fmt: skip
-    assert statistics_line(replace(proxy_verdict, statistics=same)) == (
-        "the same exchanges fail in every repetition (Fisher's exact test p=1e-05): "
-        "via:edge 20/40 failed, via:gateway 0/40"
-    )
+    # The localizer's words for the rule that decided come first.
+    rule = ("the deterministic rule decided: the same 2 exchange(s) failed in each of the 2 repetitions of "
+            "via:edge and none in the 2 of via:gateway")  # fmt: skip
+    same = {"method": "deterministic", "decided_by": "deterministic", "rule": rule, "p_value": 0.093,
+            "alpha": 0.01, "failing_route": "via:edge", "failing": [4, 12], "clean_route": "via:gateway",
+            "clean": [0, 12]}  # fmt: skip
+    line = statistics_line(replace(proxy_verdict, statistics=same))
+    assert line == f"{rule} (via:edge 4/12 failed, via:gateway 0/12)"
+
+
+def test_a_p_value_is_never_shown_as_deciding_when_it_did_not(proxy_verdict: Verdict) -> None:
+    # Statistics without the localizer's words: the deterministic rule decided, Fisher's p=0.093
+    # did not, and the line must not set it beside the rule.
+    same = {"method": "deterministic", "p_value": 0.093, "alpha": 0.01, "failing_route": "via:edge",
+            "failing": [4, 12], "clean_route": "via:gateway", "clean": [0, 12]}  # fmt: skip
+    line = statistics_line(replace(proxy_verdict, statistics=same)) or ""
+    assert line.startswith("the deterministic rule decided: the same exchanges failed in every repetition")
+    assert "p=" not in line and "Fisher" not in line
+    # An inconclusive verdict whose p-value is under alpha (the failing route fails no more often):
+    # nothing said decided, and no "not under" that the figure belies.
+    low = {"method": "fisher_exact", "p_value": 0.003, "alpha": 0.01, "failing_route": "via:edge",
+           "failing": [2, 40], "clean_route": "via:gateway", "clean": [9, 40]}  # fmt: skip
+    line = statistics_line(replace(proxy_verdict, verdict="inconclusive", culprit=None, statistics=low)) or ""
+    assert line.startswith("neither rule decided: Fisher's exact test p=0.003 (") and "not under" not in line
 
 
 def test_strip_puts_the_most_telling_mark_in_a_shared_slot() -> None:
@@ -161,7 +210,8 @@ def test_inconclusive_shows_the_test_that_could_not_decide(proxy_verdict: Verdic
                       summary="via:edge failed 2/40 and via:gateway 0/40: not a clear difference")  # fmt: skip
     out = rendered(verdict)
     assert "│ inconclusive" in out and "culprit" not in out
-    assert "Fisher's exact test p=0.12: via:edge 2/40 failed, via:gateway 0/40" in out
+    panel = flat(out.replace("│", " "))  # the panel's sides out of the wrapped line
+    assert "neither rule decided: Fisher's exact test p=0.12, not under 0.01 (via:edge 2/40 failed, via:gateway 0/40)" in panel
     assert "First failing exchange" in out
 
 
@@ -170,3 +220,19 @@ def test_names_are_shown_as_they_are_not_read_as_markup(healthy_verdict: Verdict
                    for h in r.hops)) for r in healthy_verdict.routes)  # fmt: skip
     out = rendered(replace(healthy_verdict, routes=routes, summary="[red]x[/red]"))
     assert "via:[bold]edge" in out and "[i]edge →" in out and "[red]x[/red]" in out
+
+
+def test_incomplete_names_the_missing_routes_at_80_columns(incomplete_verdict: Verdict) -> None:
+    out = rendered(incomplete_verdict, width=80)
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert "│ incomplete   no verdict from part of the evidence" in out and "culprit" not in out
+    text = flat(out.replace("│", " "))  # the panel's sides out of the wrapped summary
+    assert incomplete_verdict.summary in text
+    assert "Routes missing (no verdict without them):" in text
+    assert "- via:edge: cut short in repetition 1 (2 of 40 exchanges observed, not judged)" in text
+    assert "- via:corp: not replayed" in text
+    # The table holds the finished routes only: nothing of the cut route is counted there.
+    table = out.split("Routes (ladder order")[1].split("Routes missing")[0]
+    routes = [line.split()[1] for line in table.splitlines() if line.startswith("│ ")]
+    assert routes == ["direct", "via:gateway"]
+    assert "First failing exchange" not in out

@@ -103,6 +103,7 @@ class _AnthropicMessages(Accumulator):
             reason = _dict(obj.get("delta")).get("stop_reason")
             if reason is not None:
                 st.finish_reason = _str(reason, "stop_reason")
+                self._finished = True
             self._merge_usage(obj.get("usage"))
             return _META
         if etype == "message_stop":

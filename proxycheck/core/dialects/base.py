@@ -244,6 +244,7 @@ class Accumulator:
 
     __slots__ = (
         "_terminal",
+        "_finished",
         "_errors",
         "_malformed",
         "_details",
@@ -255,6 +256,9 @@ class Accumulator:
 
     def __init__(self) -> None:
         self._terminal = False
+        # A finish reason came in an event (the answer is complete, whether or not the stream's
+        # terminator follows): the stream tracker notes when, for the held-open rule.
+        self._finished = False
         self._errors: list[StreamError] = []
         self._malformed = 0
         self._details: list[str] = []
@@ -290,6 +294,11 @@ class Accumulator:
             content_events=self._content,
             extra=self._extra(),
         )
+
+    @property
+    def finish_seen(self) -> bool:
+        """A finish reason (or the terminal marker) has come in the events fed so far."""
+        return self._finished or self._terminal
 
     # -- for subclasses ----------------------------------------------------------------------
 

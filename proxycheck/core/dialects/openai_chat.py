@@ -73,6 +73,7 @@ class _OpenAIChat(_OpenAIBase):
                 reason = ch.get("finish_reason")
                 if reason is not None:
                     st.finish_reason = _str(reason, "finish_reason")
+                    self._finished = True
             usage = obj.get("usage")
             if usage is not None:
                 if usage.__class__ is not dict:

@@ -151,6 +151,7 @@ class _OpenAIResponses(Accumulator):
 
     def _response(self, response: Mapping[str, Any], etype: str) -> None:
         self._set_ids(response)
+        self._finished = True
         if response.get("usage") is not None:
             self._usage = response.get("usage")
         status = response.get("status")

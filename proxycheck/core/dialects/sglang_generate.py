@@ -109,6 +109,7 @@ class _SGLangGenerate(Accumulator):
                     reason = {"type": reason}
                 rtype = _str(reason.get("type"), "finish_reason.type")
                 st.finish_reason = rtype
+                self._finished = True
                 if rtype == "abort":
                     message = reason.get("message")
                     code = reason.get("status_code")
