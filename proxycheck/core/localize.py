@@ -305,14 +305,7 @@ class Localizer:
             "method": "content_rate",
             "decided_by": "content_rate" if decided else None,
             "rule": rule,
-            "p_value": p,
-            "alpha": self.alpha,
-            "failing_route": bad.name,
-            "failing": [k_bad, n_bad],
-            "failing_repetitions": bad.repetitions,
-            "clean_route": good.name,
-            "clean": [k_good, n_good],
-            "clean_repetitions": good.repetitions,
+            **self._counts(p, bad, (k_bad, n_bad), good, (k_good, n_good)),
         }
 
     def _test(self, bad: _Route, good: _Route) -> dict[str, object]:
@@ -335,13 +328,19 @@ class Localizer:
             "method": method,
             "decided_by": decided_by,  # the rule that told the routes apart; None: neither did
             "rule": self._rule(bad, good, sets, decided_by, p, k_good),
+            **self._counts(p, bad, (k_bad, n_bad), good, (k_good, n_good)),
+        }
+
+    def _counts(self, p: float, bad: _Route, failing: tuple[int, int], good: _Route, clean: tuple[int, int]) -> dict[str, object]:
+        """The figures of a test between two routes, as the statistics document holds them."""
+        return {
             "p_value": p,
             "alpha": self.alpha,
             "failing_route": bad.name,
-            "failing": [k_bad, n_bad],
+            "failing": list(failing),
             "failing_repetitions": bad.repetitions,
             "clean_route": good.name,
-            "clean": [k_good, n_good],
+            "clean": list(clean),
             "clean_repetitions": good.repetitions,
         }
 

@@ -100,6 +100,12 @@ def findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+def no_failures(doc: dict[str, Any]) -> bool:
+    """Every exchange of every route completed: ok, or a degradation (LiteLLM, a Python gateway,
+    adds latency that a loaded machine can push past the noise floor: `slow`, reported only)."""
+    return all(set(r["outcomes"]) <= {"ok", "slow", "buffered"} for r in doc["routes"])
+
+
 def turns_seen(run: Any) -> list[tuple[int, str, int | None]]:
     """(turn, outcome, status) of every turn the agent made, as its user saw them."""
     return sorted((t.turn, t.outcome.value, t.status) for s in run.sessions for t in s.turns)
@@ -143,8 +149,8 @@ def test_healthy_through_litellm(tmp_path: Path, gateway: Gateway) -> None:
     status, doc = check(tmp_path, tmp_path / "rec", hop_chain(tmp_path, gateway.engine, gateway.litellm), *FAST)
     assert status == 0 and doc["verdict"] == "healthy" and doc["culprit"] is None, doc["summary"]
     assert [r["route"] for r in doc["routes"]] == ["direct", "via:litellm"]
-    assert all(r["outcomes"] == {"ok": r["exchanges"]} for r in doc["routes"]), doc["routes"]
-    assert doc["findings"] == []
+    assert no_failures(doc), doc["routes"]
+    assert all(f["outcome"] in ("slow", "buffered") for f in doc["findings"]), doc["findings"]
 
 
 @pytest.mark.timeout(180)
@@ -162,7 +168,7 @@ def test_a_hop_that_trims_the_context_in_front_of_litellm_is_found_by_what_the_e
     finally:
         trim.stop()
     assert (status, doc["verdict"], doc["culprit"]) == (1, "proxy", "trim"), doc["summary"]
-    assert routes(doc)["via:litellm"]["outcomes"] == {"ok": routes(doc)["via:litellm"]["exchanges"]}
+    assert set(routes(doc)["via:litellm"]["outcomes"]) <= {"ok", "slow", "buffered"}, doc["routes"]
     mutated = [f for f in doc["findings"] if f["route"] == "via:trim"]
     assert mutated and {f["outcome"] for f in mutated} == {"request_mutated"}, doc["findings"]
     # The trim keeps the system prompt and the last 2 messages: the ones between are named.
@@ -265,7 +271,7 @@ def test_master_key_from_the_chain_file(tmp_path: Path, gateway: Gateway, monkey
         chain = hop_chain(tmp_path, gateway.engine, litellm, extra=auth)
         status, doc = check(tmp_path, tmp_path / "rec", chain, *FAST)
         assert status == 0 and doc["verdict"] == "healthy", doc["summary"]
-        assert all(r["outcomes"] == {"ok": r["exchanges"]} for r in doc["routes"]), doc["routes"]
+        assert no_failures(doc), doc["routes"]
         assert routes(doc)["via:litellm"]["exchanges"] == 4
         assert key not in json.dumps(doc)
         assert not [p for p in Path(doc["run"]).rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
