@@ -20,14 +20,17 @@ apt_install = $(APT_GET) install $(1) >/dev/null 2>&1 || { $(APT_GET) update && 
 demo: $(STAMP)
 	$(BIN)/proxycheck demo --out $(or $(OUT),proxycheck-demo)
 
-# The real-process tests mostly wait on sockets and timers, so three workers on two cores cut the
-# wall time by about 2.7x; a test file stays on one worker (its module fixtures start once).
-test: $(STAMP) test-packages $(TOOL_VENVS)
-	$(BIN)/python -m pytest -n 3 --dist loadfile
-
 # Real clients and gateways whose pins conflict with mitmproxy's (h11 >= 0.16) get a venv of their
 # own, built from tests/tools/NAME.txt into .venv-NAME; the tests run them as separate processes.
 TOOL_VENVS = .venv-sdk/.installed .venv-litellm/.installed
+
+# The real-process tests mostly wait on sockets and timers, so three workers on two cores cut the
+# wall time by about 2.7x; a test file stays on one worker (its module fixtures start once). Tests
+# that compare timings of separate runs (marked `alone`) run afterwards, with nothing beside them.
+test: $(STAMP) test-packages $(TOOL_VENVS)
+	$(BIN)/python -m pytest -n 3 --dist loadfile -m "not alone"
+	$(BIN)/python -m pytest -m alone
+
 .venv-%/.installed: tests/tools/%.txt
 	rm -rf .venv-$*
 	$(PYTHON) -m venv .venv-$*   # python3-venv is there: the main venv (made first) needed it

@@ -35,7 +35,9 @@ FAULTS = str(REPO / "addons" / "faults.py")
 FAST, SLOW = 0.010, 0.0112  # token intervals 12% apart
 ENGINE_ARGS = ("--ttft-base", "0.02", "--ttft-per-kb", "0", "--tool-call-rate", "0", "--jitter", "0.1")
 
-pytestmark = pytest.mark.timeout(180)
+# Two bench runs are compared with each other: anything else running beside them would show as a
+# difference, so these run after the parallel tests, alone (`make test`).
+pytestmark = [pytest.mark.timeout(180), pytest.mark.alone]
 
 
 @dataclass
