@@ -31,8 +31,9 @@ from proxycheck.commands.replay import (
     replay_options,
 )
 from proxycheck.commands.verdicts import add_report_flags, emit
+from proxycheck.core.localize import MAX_REPEAT
 
-DEFAULT_MAX_REPEAT = 10
+DEFAULT_MAX_REPEAT = MAX_REPEAT  # the localizer's
 EXIT_INTERRUPTED = 130  # as a shell reports a command SIGINT ended
 
 

@@ -105,7 +105,7 @@ def run_plan(meta: Mapping[str, Any], where: str) -> Any:
 
 def _settings(options: Mapping[str, Any], driven: bool, where: str) -> dict[str, Any]:
     """The localizer's settings the run was made with (a check's; defaults for other runs)."""
-    from proxycheck.commands.check import DEFAULT_MAX_REPEAT
+    from proxycheck.core.localize import MAX_REPEAT as DEFAULT_MAX_REPEAT
 
     strategy = options.get("strategy", "ladder")
     if strategy not in ("ladder", "bisect"):

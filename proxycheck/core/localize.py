@@ -74,6 +74,7 @@ from proxycheck.core.verdict import (
 
 DIRECT = "direct"
 ALPHA = 0.01
+MAX_REPEAT = 10  # repetitions of each of two routes before a difference that stays unclear is inconclusive
 MAX_FINDINGS = 200  # findings listed in a verdict (counts per route are always complete)
 
 Key = tuple[str, int, int | None]  # session, turn, xid: one exchange of the recording
@@ -126,7 +127,7 @@ class Localizer:
         *,
         strategy: str = "ladder",
         repeat: int = 1,
-        max_repeat: int = 10,
+        max_repeat: int = MAX_REPEAT,
         fail_on: Iterable[Outcome] = (),
         alpha: float = ALPHA,
         recorded_failures: Sequence[RecordedFailure] = (),
