@@ -31,8 +31,8 @@ from typing import Any, Callable
 
 from proxycheck import cli
 from proxycheck.commands.demo import _SCRIPTS, STALL_AFTER_EVENTS, STALL_FROM_BYTES, STALL_TIMEOUT
-from proxycheck.core.observation import Event, Observation, ResultSummary, ToolCallSummary
-from proxycheck.core.outcomes import Outcome
+from proxycheck.core.exchange.observation import Event, Observation, ResultSummary, ToolCallSummary
+from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.io.agent import AgentOptions, run_agent
 from proxycheck.io.procs import Managed, start_engine, start_mitmdump
 from proxycheck.io.runstore import OBSERVATIONS_FILE, RunWriter, load_run

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from proxycheck.core import dialects
-from proxycheck.core.sse import SSEEvent, SSEParser
+from proxycheck.core.protocol import dialects
+from proxycheck.core.protocol.sse import SSEEvent, SSEParser
 from proxycheck.io.storage import RecordingWriter
 
 

@@ -6,8 +6,8 @@
     cycled), against a client of the kind `vllm bench serve` is (one shared aiohttp session, 256
     tasks, each event's JSON decoded and timestamped) sending the same requests, as many of them.
     Goal: ratio >= 0.8. Alternating rounds, each side's best, so noise hits both alike;
-(b) the CPU time of `proxycheck.core.perf.compare` (1000 bootstrap resamples of 20 blocks) on two
-    synthetic runs of 2000 observations each, against merely summarizing both (`summarize`).
+(b) the CPU time of `proxycheck.core.bench.perf.compare` (1000 bootstrap resamples of 20 blocks) on two
+    synthetic runs of 2000 observations each, against merely summarizing both (`steady_state`).
 
 Prints a table and, with --json FILE, writes the figures. Not a test: nothing here asserts.
 """
@@ -25,12 +25,12 @@ from pathlib import Path
 
 import aiohttp
 
-from proxycheck.core.chain import Route
-from proxycheck.core.model import Event
-from proxycheck.core.observation import Observation, ResultSummary
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.perf import Window, compare, summarize, tokens_of
-from proxycheck.core.replayplan import PlannedSession, PlannedTurn, RecordedOutcome, Watchdogs
+from proxycheck.core.bench.perf import Window, compare, steady_state, tokens_of
+from proxycheck.core.exchange.observation import Observation, ResultSummary
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.protocol.result import Event
+from proxycheck.core.replay.chain import Route
+from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, RecordedOutcome, Watchdogs
 from proxycheck.io.bench import BenchOptions, bench, request_cycle
 from proxycheck.io.procs import start_engine
 
@@ -81,7 +81,7 @@ async def ours(url: str, turns: list[PlannedTurn], requests: int) -> dict[str, f
         raise RuntimeError(f"benchmark load failed: {detail}")
     tokens = sum(tokens_of(o) for o in seen)
     events = sum(1 for o in seen for e in o.events if e.kind != "comment")
-    reported = summarize(seen, result.window).output_tokens_per_s
+    reported = steady_state(seen, result.window).output_tokens_per_s
     return {"tokens_per_s": tokens / elapsed, "events_per_s": events / elapsed, "reported_tokens_per_s": reported}
 
 
@@ -187,7 +187,7 @@ def statistics(repeat: int) -> dict[str, float]:
     a, b = synthetic_run(1), synthetic_run(2, slowdown=1.05)
     # The steady state: after every worker started, before the first one ran out of requests.
     wa, wb = (Window(0.1, 0.95 * run[-1].t_start) for run in (a, b))
-    summarize_s = cpu_best(lambda: (summarize(a, wa), summarize(b, wb)), repeat)
+    summarize_s = cpu_best(lambda: (steady_state(a, wa), steady_state(b, wb)), repeat)
     compare_s = cpu_best(lambda: compare(a, wa, b, wb, blocks=20, iterations=1000, seed=0), repeat)
     return {"compare_s": round(compare_s, 3), "summarize_s": round(summarize_s, 4),
             "ratio": round(compare_s / summarize_s, 1)}  # fmt: skip
@@ -229,7 +229,7 @@ def main() -> int:
           f"{f['vllm_style_events_per_s']:>8,} events/s")  # fmt: skip
     print(f"  ratio {f['ratio_tokens']:.2f} tokens/s, {f['ratio_events']:.2f} events/s (goal >= 0.8)")
     print("compare of two runs of 2000 observations (64 tokens each), 1000 resamples of 20 blocks, CPU time:")
-    print(f"  compare {stats['compare_s']:.2f} s  summarize both {stats['summarize_s']:.3f} s  "
+    print(f"  compare {stats['compare_s']:.2f} s  steady_state both {stats['summarize_s']:.3f} s  "
           f"ratio {stats['ratio']:.1f}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")

@@ -22,10 +22,10 @@ from typing import Awaitable, Callable
 
 import aiohttp
 
-from proxycheck.core.chain import Route
-from proxycheck.core.observation import Observation
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.replayplan import PlannedSession, PlannedTurn, RecordedOutcome, Watchdogs, p99
+from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.replay.chain import Route
+from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, RecordedOutcome, Watchdogs, p99
 from proxycheck.io.procs import start_engine
 from proxycheck.io.replayer import ReplayOptions, replay
 

@@ -23,7 +23,7 @@ import pytest
 from ctrl_c import interrupt_when, lines_in
 
 from proxycheck import cli
-from proxycheck.core.ssefilter import coin
+from proxycheck.core.testbed.ssefilter import coin
 from proxycheck.io.agent import AgentOptions, run_agent
 from proxycheck.io.bench import arrival_gaps
 from proxycheck.io.procs import Managed, start_engine, start_mitmdump

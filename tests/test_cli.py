@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from proxycheck.cli import main
-from proxycheck.core import recording as fmt
+from proxycheck.core.recording import journal as fmt
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "replays" / "example-agent"

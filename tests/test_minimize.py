@@ -24,7 +24,7 @@ from ctrl_c import interrupt_when
 
 from proxycheck import cli
 from proxycheck.commands.replay import load_sessions
-from proxycheck.core.ssefilter import turn_number
+from proxycheck.core.testbed.ssefilter import turn_number
 from proxycheck.io.agent import AgentOptions, run_agent
 from proxycheck.io.procs import Managed, start_engine, start_mitmdump
 from proxycheck.io.storage import load

@@ -21,8 +21,8 @@ import pytest
 
 from proxycheck import cli
 from proxycheck.commands import record
-from proxycheck.core.redact import REDACTED
-from proxycheck.core.summary import summarize
+from proxycheck.core.recording.redact import REDACTED
+from proxycheck.core.recording.summary import summarize_sessions
 from proxycheck.io.procs import start_engine, start_mitmdump
 from proxycheck.io.storage import load
 
@@ -175,7 +175,7 @@ def test_reverse_mode_records_sessions_and_the_stream_cut_by_ctrl_c(engine, tmp_
     (cut,) = [x for x in recording.exchanges if x.interrupted]
     assert cut.in_flight and cut.status == 200 and 0 < len(cut.response_body) <= len(received)
     assert bytes(received).startswith(cut.response_body)
-    sessions = summarize(recording.exchanges, recording.piece, session_headers=["x-trace"])
+    sessions = summarize_sessions(recording.exchanges, recording.piece, session_headers=["x-trace"])
     assert [(s.id, len(s.turns)) for s in sessions][:2] == [("alpha", 3), ("beta", 2)]
     assert recording.meta["source"]["session_headers"] == ["x-trace"]
     # The final report: a summary line and the sessions table, on stdout; no traceback anywhere.

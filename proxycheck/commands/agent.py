@@ -23,7 +23,7 @@ from proxycheck.commands.common import (
     positive_int,
     positive_seconds,
 )
-from proxycheck.core.conversation import DIALECTS
+from proxycheck.core.testbed.conversation import DIALECTS
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

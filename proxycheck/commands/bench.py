@@ -6,7 +6,7 @@ summary kept in `run.json` under "bench" for `compare` and `merge`), the summary
 `--json`, Ctrl-C (the run is kept, marked interrupted, its window cut where the load stopped) and
 the exit status: 0 when every measured request completed, 1 when any failed (they are counted by
 outcome, never dropped). The load is `proxycheck.io.bench`'s; the statistics
-`proxycheck.core.perf`'s.
+`proxycheck.core.bench.perf`'s.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ BENCH_KEY = "bench"  # run.json's key for the bench's window and summary
 
 
 def _slo(text: str) -> Any:
-    from proxycheck.core.perf import parse_slo
+    from proxycheck.core.bench.perf import parse_slo
 
     try:
         return parse_slo(text)
@@ -91,7 +91,7 @@ def _shard(text: str) -> tuple[int, int]:
 @reports_bad_input
 def run(args: argparse.Namespace) -> int:
     from proxycheck.commands.replay import chain_doc, check_out, check_tls, load_chain, load_sessions, watchdogs_of
-    from proxycheck.core.perf import summarize
+    from proxycheck.core.bench.perf import steady_state
     from proxycheck.io.bench import BenchOptions, bench, request_cycle, shard_share
     from proxycheck.io.runstore import RunWriter
 
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         writer.close("failed")
         raise
-    summary = summarize(observations, result.window, args.slo)
+    summary = steady_state(observations, result.window, args.slo)
     doc = summary.to_json()
     writer.meta[BENCH_KEY] = {
         "window": [result.window.start, result.window.end],

@@ -1,11 +1,11 @@
 """`proxycheck check DIR --chain F`: the one-command verdict.
 
 This module owns the command: it replays the recording over the chain's ladder as the localizer
-(`proxycheck.core.localize`) asks, route by route and repetition by repetition, into one run
+(`proxycheck.core.diagnose.localize`) asks, route by route and repetition by repetition, into one run
 directory, and hands the verdict to the reports (`proxycheck.commands.verdicts`). Exit 0 when
 the chain is healthy (or the recorded failures do not reproduce), 1 when a fault was found, 2 on
 bad input; Ctrl-C keeps what was observed as a loadable run, reports its verdict `incomplete`
-(`proxycheck.core.runverdict`: the routes missing, what the finished ones show so far) and exits
+(`proxycheck.core.diagnose.runverdict`: the routes missing, what the finished ones show so far) and exits
 130.
 """
 
@@ -31,7 +31,7 @@ from proxycheck.commands.replay import (
     replay_options,
 )
 from proxycheck.commands.verdicts import add_report_flags, emit
-from proxycheck.core.localize import MAX_REPEAT
+from proxycheck.core.diagnose.localize import MAX_REPEAT
 
 DEFAULT_MAX_REPEAT = MAX_REPEAT  # the localizer's
 EXIT_INTERRUPTED = 130  # as a shell reports a command SIGINT ended
@@ -115,7 +115,7 @@ def _interrupted(args: argparse.Namespace, sessions: list[Any], routes: dict[str
     """After Ctrl-C: the `incomplete` verdict of what the run holds, the same `diff` of the run
     gives (the routes missing, what the finished ones show so far), reported as any verdict is;
     the exit status stays an interrupt's."""
-    from proxycheck.core.runverdict import RunPlan, run_verdict
+    from proxycheck.core.diagnose.runverdict import RunPlan, run_verdict
 
     localizer = make_localizer(sessions, routes, options, strategy=args.strategy, repeat=args.repeat,
                                max_repeat=args.max_repeat, fail_on=args.fail_on, run=out)  # fmt: skip
@@ -143,7 +143,7 @@ def turns_per_session(sessions: list[Any]) -> dict[str, int]:
 def make_localizer(sessions: list[Any], routes: dict[str, Any], options: Any, *, strategy: str = "ladder",
                    repeat: int = 1, max_repeat: int = DEFAULT_MAX_REPEAT, fail_on: Any = (), run: str = "") -> Any:
     """The localizer for a recording over the chain's ladder `routes` (name -> route, inward first)."""
-    from proxycheck.core.localize import Localizer, RecordedFailure
+    from proxycheck.core.diagnose.localize import Localizer, RecordedFailure
 
     recorded = [
         RecordedFailure(t.session, t.turn, t.recorded.outcome.value, t.recorded.detail)
@@ -160,7 +160,7 @@ async def drive(localizer: Any, sessions: list[Any], routes: dict[str, Any], opt
                 sink: Callable[[Any], None], progress: Any = None) -> Any:  # fmt: skip
     """Replay what the localizer asks until it decides; every observation also goes to `sink`.
     Returns the verdict."""
-    from proxycheck.core.localize import Decided
+    from proxycheck.core.diagnose.localize import Decided
     from proxycheck.io.replayer import replay
 
     next_repetition: Counter[str] = Counter()
@@ -211,7 +211,7 @@ def differences(sessions: list[Any], options: Any, recorded: list[Any]) -> list[
     reproduce (a verdict of not-reproduced): those are the conditions worth replaying again."""
     if not recorded:
         return []
-    from proxycheck.core.sessions import attempt_text
+    from proxycheck.core.recording.sessions import attempt_text
 
     # The recorded failures as `proxycheck sessions` names them: by label, retries as attempts.
     failed = [(s.name.label, t) for s in sessions for t in s.turns if t.recorded.outcome.is_failure]

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
 from proxycheck.core.errors import BadInput, ProxycheckError
-from proxycheck.core.httpsyntax import HEADER_NAME
+from proxycheck.core.protocol.httpsyntax import HEADER_NAME
 
 EXIT_OK, EXIT_FAULT, EXIT_BAD_INPUT = 0, 1, 2
 MAX_WARNINGS = 10

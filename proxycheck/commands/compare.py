@@ -5,7 +5,7 @@ in run.json), the table and `--json`, and the exit status CI scripts use after a
 change: 0 when B is no worse than A beyond `--max-regression` (by a difference whose confidence
 interval excludes zero), 1 on such a regression (fewer tokens/s, slower TTFT/TPOT/ITL/E2E, more
 failures), 2 on bad input. The statistics (block bootstrap intervals, Fisher's test on failures)
-are `proxycheck.core.perf.compare`'s.
+are `proxycheck.core.bench.perf.compare`'s.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 @reports_bad_input
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.core.perf import compare
+    from proxycheck.core.bench.perf import compare
     from proxycheck.report.bench_view import render_compare
 
     if args.noise >= 100:
@@ -97,7 +97,7 @@ class BenchRun:
 
     def __init__(self, directory: str) -> None:
         from proxycheck.commands.bench import BENCH_KEY
-        from proxycheck.core.perf import Window
+        from proxycheck.core.bench.perf import Window
         from proxycheck.io.runstore import load_run
 
         run = load_run(directory)
@@ -122,7 +122,7 @@ def load_bench(directory: str) -> BenchRun:
 
 def slo_of(options: dict[str, Any], where: str) -> Any:
     """The SLO a bench run was made with (its options in run.json), or None."""
-    from proxycheck.core.perf import SLO
+    from proxycheck.core.bench.perf import SLO
 
     doc = options.get("slo")
     if doc is None:

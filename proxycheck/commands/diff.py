@@ -1,7 +1,7 @@
 """`proxycheck diff RUN`: the verdict of an existing run, without replaying anything.
 
 The run's own observations are judged against its `direct` route and localized as `check` would
-(`proxycheck.core.runverdict`). A run `check` made is fed to the localizer step by step with the
+(`proxycheck.core.diagnose.runverdict`). A run `check` made is fed to the localizer step by step with the
 check's own settings (strategy, repetitions, `--fail-on` unless given here), so it gives the
 check's verdict; a run `replay` made is judged as it is, routes it did not replay skipped, and
 a difference more repetitions would have been needed to confirm is `inconclusive`. A run that
@@ -20,7 +20,7 @@ from typing import Any, Mapping
 from proxycheck.commands.common import print_warnings, reports_bad_input
 from proxycheck.commands.verdicts import FAIL_ON, add_report_flags, emit, hops_by_route, ladder_of
 from proxycheck.core.errors import BadInput
-from proxycheck.core.outcomes import Outcome
+from proxycheck.core.exchange.outcomes import Outcome
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -38,9 +38,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 @reports_bad_input
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.core.localize import Decided, Localizer
-    from proxycheck.core.runverdict import holdings, run_verdict
-    from proxycheck.core.verdict import INCOMPLETE
+    from proxycheck.core.diagnose.localize import Decided, Localizer
+    from proxycheck.core.diagnose.runverdict import holdings, run_verdict
+    from proxycheck.core.diagnose.verdict import INCOMPLETE
     from proxycheck.io.runstore import RUN_FILE, load_run
 
     run_ = load_run(args.run_dir)
@@ -81,7 +81,7 @@ def run_plan(meta: Mapping[str, Any], where: str) -> Any:
     """What a run was to hold, from its run.json: its routes and status, whether `check` made it,
     the repetitions `replay` was asked for, the turns of each session (runs made before run.json
     kept them have none: their last repetition then counts as whole only in a finished run)."""
-    from proxycheck.core.runverdict import RunPlan
+    from proxycheck.core.diagnose.runverdict import RunPlan
 
     options = meta.get("options") or {}
     if not isinstance(options, Mapping):
@@ -105,7 +105,7 @@ def run_plan(meta: Mapping[str, Any], where: str) -> Any:
 
 def _settings(options: Mapping[str, Any], driven: bool, where: str) -> dict[str, Any]:
     """The localizer's settings the run was made with (a check's; defaults for other runs)."""
-    from proxycheck.core.localize import MAX_REPEAT as DEFAULT_MAX_REPEAT
+    from proxycheck.core.diagnose.localize import MAX_REPEAT as DEFAULT_MAX_REPEAT
 
     strategy = options.get("strategy", "ladder")
     if strategy not in ("ladder", "bisect"):

@@ -13,7 +13,7 @@ from proxycheck.commands.common import EXIT_OK, non_negative_number, parse_liste
 from proxycheck.core.errors import BadInput
 
 if TYPE_CHECKING:
-    from proxycheck.core.replaymatch import ReplayMatcher
+    from proxycheck.core.testbed.recorded_answers import ReplayMatcher
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -56,7 +56,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def load_replay(directory: str) -> "ReplayMatcher":
     """The matcher for a recording; BadInput (before any server starts) when it is unusable."""
-    from proxycheck.core.replaymatch import ReplayMatcher
+    from proxycheck.core.testbed.recorded_answers import ReplayMatcher
     from proxycheck.io.storage import load
 
     recording = load(directory)
@@ -67,8 +67,8 @@ def load_replay(directory: str) -> "ReplayMatcher":
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.core import synth
-    from proxycheck.core.faultspec import parse_fault
+    from proxycheck.core.testbed import synth
+    from proxycheck.core.testbed.faultspec import parse_fault
     from proxycheck.io.engine import EngineConfig, announce, serve
 
     host, port = parse_listen(args.listen)

@@ -47,7 +47,7 @@ def merge_runs(directories: list[str], out: str, title_extra: str = "") -> Any:
     """Merge the bench runs in `directories` into a new run `out`; print and return its summary."""
     from proxycheck.commands.bench import BENCH_KEY
     from proxycheck.commands.compare import slo_of
-    from proxycheck.core.perf import Window, summarize
+    from proxycheck.core.bench.perf import Window, steady_state
     from proxycheck.io.runstore import RunWriter, load_run
     from proxycheck.report.bench_view import render_bench
 
@@ -85,7 +85,7 @@ def merge_runs(directories: list[str], out: str, title_extra: str = "") -> Any:
         options["whole"] = whole
     options["merged_from"] = [r.run_id for r in runs]
     slo = slo_of(options, f"{directories[0]}/run.json")
-    summary = summarize(observations, window, slo)
+    summary = steady_state(observations, window, slo)
     writer = RunWriter(out, chain=runs[0].meta.get("chain"), routes=runs[0].routes, options=options,
                        started_at=base)  # fmt: skip
     for obs in sorted(observations, key=lambda o: o.t_start):

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from proxycheck.commands.replay import check_tls, load_chain, load_sessions, watchdogs_of
-    from proxycheck.core.ddmin import Budget
+    from proxycheck.core.minimize.ddmin import Budget
     from proxycheck.io.minimizer import NotReproduced, describe, minimize
 
     out = Path(args.out)
@@ -99,7 +99,7 @@ async def find_route(sessions: list[Any], chain: Any, watchdogs: Any, budget: An
     pace minimize replays at): via the culprit hop, or direct for the engine; None when no route
     fails. The replays count against the budget."""
     from proxycheck.commands.check import drive, make_localizer
-    from proxycheck.core.verdict import ENGINE, PROXY, SERVER
+    from proxycheck.core.diagnose.verdict import ENGINE, PROXY, SERVER
     from proxycheck.io.minimizer import minimize_options
 
     options = minimize_options(watchdogs, chain, greedy=greedy)

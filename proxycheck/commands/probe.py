@@ -14,7 +14,7 @@ The probes (`--probe` to pick, `--skip` to leave out): body (largest request bod
 header (largest header), idle (reuse of a kept-alive connection after an idle gap), gap (a stream
 with a long gap between tokens: read timeouts), sse (events delivered as produced, or buffered),
 compression (SSE gzip-encoded?), concurrency (streams at once before failures or queueing). The
-searches are `proxycheck.core.probe`'s, the network side `proxycheck.io.prober`'s.
+searches are `proxycheck.core.probe.searches`'s, the network side `proxycheck.io.prober`'s.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from proxycheck.commands.common import (
     reports_bad_input,
 )
 from proxycheck.core.errors import BadInput, StorageError
-from proxycheck.core.probe import DIALECTS, PROBES
+from proxycheck.core.probe.searches import DIALECTS, PROBES
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)(i?[bB])?\s*$")
 _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     report = asyncio.run(probe_routes(routes, options, chain=args.chain, engine=chain.engine, listener=_Progress()))
     print_warnings(list(report.warnings))
     _emit(report, args.json)
-    from proxycheck.core.probereport import exit_failed
+    from proxycheck.core.probe.findings import exit_failed
 
     return EXIT_FAULT if exit_failed(report) else EXIT_OK
 
@@ -123,7 +123,7 @@ class _Progress:
     """One line on stderr per probe and route, as each ends (probes take seconds each)."""
 
     def finished(self, result: Any) -> None:
-        from proxycheck.core.probereport import TITLES, cell_text
+        from proxycheck.core.probe.findings import TITLES, cell_text
 
         print(f"proxycheck: {result.route}: {TITLES.get(result.probe, result.probe)}: {cell_text(result)}",
               file=sys.stderr, flush=True)  # fmt: skip
@@ -142,7 +142,7 @@ def _check_writable(path: Path) -> None:
 def _emit(report: Any, json_to: str | None) -> None:
     from rich.console import Console
 
-    from proxycheck.core.probereport import document
+    from proxycheck.core.probe.findings import document
     from proxycheck.report.probe_view import render_probe
 
     text = json.dumps(document(report), indent=2) + "\n"

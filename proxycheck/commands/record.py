@@ -35,7 +35,7 @@ from typing import Any, Iterator
 
 from proxycheck.commands.common import EXIT_OK, header_name, http_url, parse_listen, print_warnings
 from proxycheck.core.errors import BadInput, ProxycheckError
-from proxycheck.core.recording import JOURNAL_FILE, META_FILE
+from proxycheck.core.recording.journal import JOURNAL_FILE, META_FILE
 
 REFRESH = 1.0  # seconds between live-view updates
 SESSIONS_EVERY = 2.0  # at least this many seconds between session counts (a full load each)
@@ -194,13 +194,13 @@ class SessionCount:
 def summarize_recording(directory: str) -> tuple[Any, list[Any]]:
     """(recording, sessions) as `proxycheck sessions` groups them."""
     from proxycheck.commands.sessions import recorded_session_headers
-    from proxycheck.core.sessions import DEFAULT_SESSION_HEADERS
-    from proxycheck.core.summary import summarize
+    from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
+    from proxycheck.core.recording.summary import summarize_sessions
     from proxycheck.io.storage import load
 
     recording = load(directory)
     headers = recorded_session_headers(recording.meta) + DEFAULT_SESSION_HEADERS
-    return recording, summarize(recording.exchanges, recording.piece, session_headers=headers)
+    return recording, summarize_sessions(recording.exchanges, recording.piece, session_headers=headers)
 
 
 # --------------------------------------------------------------------------------------------
@@ -326,7 +326,7 @@ def _view(tail: JournalTail, counter: SessionCount, address: str, elapsed: float
     """One line: `recording ADDR  sessions S  exchanges N (I in flight, F failed)  BYTES  TIME`."""
     from rich.text import Text
 
-    from proxycheck.report.terminal import human_bytes
+    from proxycheck.report.sessions_view import human_bytes
 
     text = Text()
     text.append("recording ", style="bold")
@@ -367,6 +367,6 @@ def _final_report(out: str) -> None:
     if sessions:
         from rich.console import Console
 
-        from proxycheck.report.terminal import sessions_view
+        from proxycheck.report.sessions_view import sessions_view
 
         Console(highlight=False).print(sessions_view(out, sessions))

@@ -32,7 +32,7 @@ ON_FAIL = ("continue", "stop-session")
 
 
 def _pace(text: str) -> Any:
-    from proxycheck.core.replayplan import parse_pace
+    from proxycheck.core.replay.plan import parse_pace
 
     try:
         return parse_pace(text)
@@ -99,7 +99,7 @@ def add_watchdog_flags(p: argparse.ArgumentParser) -> None:
 
 def watchdogs_of(args: argparse.Namespace, sessions: list[Any]) -> Any:
     """The watchdogs derived from the sessions, with the overrides of `add_watchdog_flags`."""
-    from proxycheck.core.replayplan import derive_watchdogs
+    from proxycheck.core.replay.plan import derive_watchdogs
 
     try:
         return derive_watchdogs(sessions).with_overrides(connect=args.connect_timeout, headers=args.header_timeout,
@@ -163,7 +163,7 @@ def check_out(out: str | None) -> None:
 def load_chain(path: str) -> Any:
     """The chain file at `path`, validated whole (`parse_chain`) before a command sends anything:
     a mistake in it is one BadInput naming the file and line (exit 2)."""
-    from proxycheck.core.chain import parse_chain
+    from proxycheck.core.replay.chain import parse_chain
 
     try:
         data = Path(path).read_bytes()
@@ -179,15 +179,15 @@ def load_chain(path: str) -> Any:
 
 def load_sessions(directory: str) -> list[Any]:
     from proxycheck.commands.sessions import recorded_session_headers
-    from proxycheck.core.replayplan import plan_sessions
-    from proxycheck.core.sessions import DEFAULT_SESSION_HEADERS
-    from proxycheck.core.summary import summarize
+    from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
+    from proxycheck.core.recording.summary import summarize_sessions
+    from proxycheck.core.replay.plan import plan_sessions
     from proxycheck.io.storage import load
 
     recording = load(directory)
     print_warnings([str(w) for w in recording.warnings])
     headers = recorded_session_headers(recording.meta) + DEFAULT_SESSION_HEADERS
-    summaries = summarize(recording.exchanges, recording.piece, session_headers=headers)
+    summaries = summarize_sessions(recording.exchanges, recording.piece, session_headers=headers)
     try:
         sessions = plan_sessions(recording.exchanges, recording.piece, summaries)
     except ValueError as exc:
@@ -202,13 +202,13 @@ def load_sessions(directory: str) -> list[Any]:
 
 
 def _dry_run(sessions: list[Any], routes: list[Any], options: Any) -> None:
-    from proxycheck.core.replayplan import think_delay
-    from proxycheck.core.sessions import attempt_text
+    from proxycheck.core.recording.sessions import attempt_text
+    from proxycheck.core.replay.plan import think_delay
     from proxycheck.io.replayer import request_headers
 
     out = sys.stdout
     if options.greedy:  # the bodies as they would be sent
-        from proxycheck.core.greedy import greedy_sessions
+        from proxycheck.core.replay.greedy import greedy_sessions
 
         sessions = greedy_sessions(sessions)
     greedy = ", greedy" if options.greedy else ""
@@ -299,7 +299,7 @@ def _replay(args: argparse.Namespace, chain: Any, routes: list[Any], sessions: l
 
 
 def _exit_status(outcomes: Counter[str]) -> int:
-    from proxycheck.core.outcomes import Outcome
+    from proxycheck.core.exchange.outcomes import Outcome
 
     return EXIT_FAULT if any(Outcome(o).is_failure for o in outcomes) else EXIT_OK
 

@@ -7,7 +7,7 @@ import json
 import sys
 
 from proxycheck.commands.common import EXIT_OK, print_warnings
-from proxycheck.core.sessions import DEFAULT_SESSION_FIELDS, DEFAULT_SESSION_HEADERS
+from proxycheck.core.recording.sessions import DEFAULT_SESSION_FIELDS, DEFAULT_SESSION_HEADERS
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -43,11 +43,11 @@ def recorded_session_headers(meta: dict) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.core.summary import summarize, to_json
+    from proxycheck.core.recording.summary import summarize_sessions, to_json
     from proxycheck.io.storage import load
 
     recording = load(args.directory)
-    sessions = summarize(
+    sessions = summarize_sessions(
         recording.exchanges,
         recording.piece,
         session_headers=args.session_header or recorded_session_headers(recording.meta) + DEFAULT_SESSION_HEADERS,
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     from rich.console import Console
 
-    from proxycheck.report.terminal import sessions_view
+    from proxycheck.report.sessions_view import sessions_view
 
     Console(highlight=False).print(sessions_view(args.directory, sessions, turns=args.turns))
     return EXIT_OK

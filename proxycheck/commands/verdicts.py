@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from proxycheck.commands.common import EXIT_FAULT, EXIT_OK
+from proxycheck.core.diagnose.verdict import Judged, Verdict
 from proxycheck.core.errors import BadInput, StorageError
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.verdict import Judged, Verdict
+from proxycheck.core.exchange.outcomes import Outcome
 
 VERDICT_FILE = "verdict.json"
 FAIL_ON = ("buffered", "slow")

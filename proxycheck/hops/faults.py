@@ -5,7 +5,7 @@ diagnosis): `mitmdump --mode reverse:ENGINE -s addons/faults.py --set proxycheck
 Every fault is off by default, and then the hop is a *correct* proxy: unlike a plain mitmproxy,
 it streams SSE through as it arrives. Only LLM API flows (`dialects.detect`) get faults;
 everything else passes untouched. What to forward of a stream is decided by the pure
-`proxycheck.core.ssefilter.SSEFilter`; this module wires it to mitmproxy's hooks.
+`proxycheck.core.testbed.ssefilter.SSEFilter`; this module wires it to mitmproxy's hooks.
 
 How each fault works in mitmproxy 11 (checked in `mitmproxy/proxy/layers/http/__init__.py`):
 
@@ -80,8 +80,8 @@ from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
 from mitmproxy.connection import Client, ConnectionState
 
-from proxycheck.core import dialects
-from proxycheck.core.ssefilter import SSEFilter, coin, truncate_messages, turn_number
+from proxycheck.core.protocol import dialects
+from proxycheck.core.testbed.ssefilter import SSEFilter, coin, truncate_messages, turn_number
 
 __all__ = ["PREFIX", "FaultConfig", "Faults", "parse_config", "reserialize_json"]
 

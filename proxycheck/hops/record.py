@@ -3,10 +3,10 @@
 This module owns the recorder hop: `mitmdump -s addons/record.py --set proxycheck_out=DIR` (or
 this file itself with `-s`), in mitmdump, mitmweb or mitmproxy, in regular, reverse and upstream
 modes, over HTTP/1.1 and HTTP/2, plain or TLS, on mitmproxy 11.0.x and 12.x. What it writes is
-the recording format of `proxycheck.core.recording`, through `proxycheck.io.storage`'s
+the recording format of `proxycheck.core.recording.journal`, through `proxycheck.io.storage`'s
 `RecordingWriter` (which redacts, and makes files 0600 and directories 0700). Which responses
 are teed, how chunk bursts are merged and the connection bookkeeping are pure rules in
-`proxycheck.core.capture`.
+`proxycheck.core.recording.capture`.
 
 How each requirement maps onto mitmproxy's hooks (checked in
 `mitmproxy/proxy/layers/http/__init__.py`, 11.0.2 and 12.3.1):
@@ -84,12 +84,12 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.utils import human
 from mitmproxy.version import VERSION as MITMPROXY_VERSION
 
-from proxycheck.core import dialects
-from proxycheck.core.capture import ConnectionBook, coalesce, header_text, safe_mode, tee_response
 from proxycheck.core.errors import StorageError
-from proxycheck.core.httpsyntax import HEADER_NAME
-from proxycheck.core.redact import RedactionPolicy
-from proxycheck.core.sessions import DEFAULT_SESSION_HEADERS
+from proxycheck.core.protocol import dialects
+from proxycheck.core.protocol.httpsyntax import HEADER_NAME
+from proxycheck.core.recording.capture import ConnectionBook, coalesce, header_text, safe_mode, tee_response
+from proxycheck.core.recording.redact import RedactionPolicy
+from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
 from proxycheck.io.storage import RecordingWriter
 
 __all__ = ["REPLAY_HEADER", "Recorder", "RecorderConfig", "addons", "parse_config"]

@@ -4,8 +4,8 @@ Each session behaves like an application built on the OpenAI or Anthropic SDK: O
 `httpx.AsyncClient` for its whole life (connection pooling and keep-alive across turns, so a hop
 that mishandles idle or reused connections shows up), the proxy given as the client's proxy, and a
 read timeout as the wedge detector. Sessions run concurrently. What to send comes from
-`proxycheck.core.conversation`; observing each turn (timing, watchdogs, the outcome taxonomy of
-DESIGN.md) is `proxycheck.io.observe.observe_httpx`, the replayer's own observer, so the agent and
+`proxycheck.core.testbed.conversation`; observing each turn (timing, watchdogs, the outcome taxonomy of
+docs/design.md) is `proxycheck.io.observe.observe_httpx`, the replayer's own observer, so the agent and
 the replayer judge a turn alike; this module runs the sessions and reports their turns. Failures
 are data: every httpx error ends up as a turn outcome, never as an exception out of `run_agent`.
 """
@@ -20,9 +20,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from proxycheck.core.conversation import ENDPOINTS, Conversation, ConversationConfig
-from proxycheck.core.observation import Observation
-from proxycheck.core.outcomes import Outcome
+from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.testbed.conversation import ENDPOINTS, Conversation, ConversationConfig
 from proxycheck.io.observe import ConnState, Observed, Watchdogs, observe_httpx
 
 ANTHROPIC_VERSION = "2023-06-01"

@@ -15,7 +15,7 @@ stalled request fails at its timeout, is counted by its outcome, and the run goe
 the difference from benchmark clients that have no stall timeout and count a cut stream as a
 success. The measurement window starts after `warmup` seconds and ends `duration` seconds later
 (new requests stop then, and those in flight finish), or, with `requests`, when that many
-measured requests have been issued and have ended. The statistics are `proxycheck.core.perf`'s.
+measured requests have been issued and have ended. The statistics are `proxycheck.core.bench.perf`'s.
 
 Past one process: a shard (`shard_share`) runs its part of the load — its share of the
 concurrency, rate and requests, its own arrival seed, and its own starting point in the request
@@ -35,10 +35,10 @@ from typing import Callable, Iterator, Sequence
 
 import aiohttp
 
-from proxycheck.core.chain import Route
-from proxycheck.core.observation import Observation
-from proxycheck.core.perf import Window
-from proxycheck.core.replayplan import PlannedSession, PlannedTurn, Watchdogs
+from proxycheck.core.bench.perf import Window
+from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.replay.chain import Route
+from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, Watchdogs
 from proxycheck.io.observe import ConnState, aiohttp_trace_config, observe_aiohttp
 from proxycheck.io.replayer import collector_out_of_the_way, request_headers, tls_context
 

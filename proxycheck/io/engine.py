@@ -1,17 +1,17 @@
 """The reference engine: an aiohttp server that answers like SGLang/vLLM, without a GPU.
 
 It serves OpenAI chat completions and completions, Anthropic messages and SGLang `/generate`
-(streamed and not), `/v1/models` and `/health`. Answers are planned by `proxycheck.core.synth`
+(streamed and not), `/v1/models` and `/health`. Answers are planned by `proxycheck.core.testbed.synth`
 (deterministic per request body, length = max_tokens, tool calls when tools are offered) and
-encoded by `proxycheck.core.wire`; this module only schedules the bytes in time: TTFT = base +
+encoded by `proxycheck.core.testbed.wire`; this module only schedules the bytes in time: TTFT = base +
 per-KB of prompt, then one token per interval, each event written as soon as it is due.
 
 A request may ask for its own timing with the body member `"proxycheck": {"ttft": S,
-"token_interval": S}` (`proxycheck.core.synth`, "The timing extension"; a malformed one gets a
+"token_interval": S}` (`proxycheck.core.testbed.synth`, "The timing extension"; a malformed one gets a
 400): `proxycheck probe` asks for slow streams with it. Every response carries
 `x-proxycheck-request-sha256` and `x-proxycheck-request-bytes` of the body as received and, for
 a JSON body, `x-proxycheck-request-canonical-sha256` (its canonical JSON) and
-`x-proxycheck-request-parts` (what the model sees, part by part: `proxycheck.core.wire.
+`x-proxycheck-request-parts` (what the model sees, part by part: `proxycheck.core.testbed.wire.
 received_headers`), so a hop that alters requests is caught, told from one that only
 re-serializes them, and described. Idle keep-alive connections are closed
 after `keepalive_timeout` (5 s by default, like vLLM's uvicorn server), so hops that reuse stale
@@ -23,7 +23,7 @@ draw each time, as a real engine at temperature 1: other words, tool calls or no
 reasons; at temperature 0 or with a seed it is answered the same way every time.
 
 Replay mode (`EngineConfig.replay`, `proxycheck engine --replay DIR`): every POST, on any path,
-is answered with a recorded response instead, chosen by `proxycheck.core.replaymatch` (which also
+is answered with a recorded response instead, chosen by `proxycheck.core.testbed.recorded_answers` (which also
 plans the timeline); this module plays the plan: recorded status and headers, the body at its
 recorded (scaled) times, then the recorded end: complete, a reset, or a held, silent connection.
 Replayed answers also carry `x-proxycheck-replay-match: RULE xid=N`; a request that nothing
@@ -48,10 +48,11 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 from multidict import CIMultiDict
 
-from proxycheck.core import requestparts, synth, wire
-from proxycheck.core.faultspec import ActiveFaults, FaultSpec, active_faults
-from proxycheck.core.replaymatch import COMPLETE, HOLD, Match, NoMatch, ReplayMatcher, ReplayPlan, plan_replay
-from proxycheck.core.sessions import turn_number
+from proxycheck.core.protocol import requestparts
+from proxycheck.core.recording.sessions import turn_number
+from proxycheck.core.testbed import synth, wire
+from proxycheck.core.testbed.faultspec import ActiveFaults, FaultSpec, active_faults
+from proxycheck.core.testbed.recorded_answers import COMPLETE, HOLD, Match, NoMatch, ReplayMatcher, ReplayPlan, plan_replay
 
 SHA_HEADER, BYTES_HEADER = wire.SHA_HEADER, wire.BYTES_HEADER
 CANONICAL_HEADER, PARTS_HEADER = wire.CANONICAL_HEADER, wire.PARTS_HEADER

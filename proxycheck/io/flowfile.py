@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from proxycheck.core.capture import ConnectionBook, header_text
 from proxycheck.core.errors import BadInput
+from proxycheck.core.recording.capture import ConnectionBook, header_text
 from proxycheck.io.har import Imported, ImportedResponse, ImportResult
 
 

@@ -38,10 +38,10 @@ from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import parse_qsl, urlsplit
 
 from proxycheck import __version__
-from proxycheck.core import dialects
 from proxycheck.core.errors import BadInput
-from proxycheck.core.recording import RecordedExchange
-from proxycheck.core.redact import REDACTED, REDACTED_TEXT, HeaderValue, RedactionPolicy
+from proxycheck.core.protocol import dialects
+from proxycheck.core.recording.journal import RecordedExchange
+from proxycheck.core.recording.redact import REDACTED, REDACTED_TEXT, HeaderValue, RedactionPolicy
 from proxycheck.io.storage import RecordingWriter
 
 REPLAY_HEADER = "x-proxycheck-replay"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from proxycheck.core.errors import BadInput
-from proxycheck.core.recording import MAX_LINE, Warning_
+from proxycheck.core.recording.journal import MAX_LINE, RecordingWarning
 
 FILE_MODE = 0o600
 
@@ -47,7 +47,7 @@ def open_append(path: Path, mode: int = FILE_MODE) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
 
 
-def read_records(path: Path, warnings: list[Warning_], max_line: int = MAX_LINE) -> Iterator[tuple[str, Any]]:
+def read_records(path: Path, warnings: list[RecordingWarning], max_line: int = MAX_LINE) -> Iterator[tuple[str, Any]]:
     """(where, record) for each readable line of `path`, `where` being `file:line`.
 
     A missing file has no records. A file that exists but cannot be opened is BadInput. Damaged
@@ -69,7 +69,7 @@ def read_records(path: Path, warnings: list[Warning_], max_line: int = MAX_LINE)
             where = f"{path}:{lineno}"
             if len(line) > max_line and not line.endswith(b"\n"):
                 _skip_rest_of_line(f)
-                warnings.append(Warning_(where, f"line longer than {max_line >> 20} MiB; skipped"))
+                warnings.append(RecordingWarning(where, f"line longer than {max_line >> 20} MiB; skipped"))
                 continue
             if not line.strip():
                 continue
@@ -81,17 +81,17 @@ def read_records(path: Path, warnings: list[Warning_], max_line: int = MAX_LINE)
 _DAMAGED = object()
 
 
-def _parse_line(line: bytes, where: str, warnings: list[Warning_]) -> Any:
+def _parse_line(line: bytes, where: str, warnings: list[RecordingWarning]) -> Any:
     try:
         # Decode first: json.loads(bytes) would guess UTF-16/32 for some garbage.
         return json.loads(line.decode("utf-8"))
     except UnicodeDecodeError:
-        warnings.append(Warning_(where, "line is not UTF-8; skipped"))
+        warnings.append(RecordingWarning(where, "line is not UTF-8; skipped"))
     except ValueError:
         if not line.endswith(b"\n"):
-            warnings.append(Warning_(where, "last line is incomplete (the writer stopped mid-line); skipped"))
+            warnings.append(RecordingWarning(where, "last line is incomplete (the writer stopped mid-line); skipped"))
         else:
-            warnings.append(Warning_(where, "invalid JSON; skipped"))
+            warnings.append(RecordingWarning(where, "invalid JSON; skipped"))
     return _DAMAGED
 
 

@@ -1,6 +1,6 @@
 """`proxycheck minimize`: the smallest part of a recording that still breaks a route.
 
-Drives the sans-IO search core (`proxycheck.core.ddmin`) with real replays: each candidate is an
+Drives the sans-IO search core (`proxycheck.core.minimize.ddmin`) with real replays: each candidate is an
 ordinary recording written with `write_subset` into a temporary directory, planned like any
 recording (`load_sessions`) and replayed over the culprit route at the recorded pace. A candidate
 "fails" when one of its exchanges fails on the route the way the whole recording did (the same
@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from proxycheck.core.ddmin import Bisect, Budget, Candidate, DDMin, Trials
 from proxycheck.core.errors import BadInput
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.sessions import attempt_text
-from proxycheck.core.shrink import drop_units, message_units, shrink_to
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.minimize.ddmin import Bisect, Budget, Candidate, DDMin, Trials
+from proxycheck.core.minimize.shrink import drop_units, message_units, shrink_to
+from proxycheck.core.recording.sessions import attempt_text
 
 SUMMARY_FILE = "minimized.json"
 SCHEMA = "proxycheck.minimized/1"
@@ -144,7 +144,7 @@ class _Minimizer:
         self.recording = load(recording_dir)
         self.original = load_sessions(recording_dir)
         if watchdogs is None:
-            from proxycheck.core.replayplan import derive_watchdogs
+            from proxycheck.core.replay.plan import derive_watchdogs
 
             watchdogs = derive_watchdogs(self.original)
         self.options = minimize_options(watchdogs, chain, greedy=greedy)

@@ -2,7 +2,7 @@
 
 This module owns the client side of one request: sending it, reading the response as it streams,
 timing every event, cutting it when a watchdog fires, and classifying what happened into the
-outcome taxonomy (DESIGN.md, "Outcomes"). Failures are data: nothing the network does (refusal,
+outcome taxonomy (docs/design.md, "Outcomes"). Failures are data: nothing the network does (refusal,
 silence, reset, an error status, garbage) escapes as an exception; it becomes the outcome.
 
 Two client stacks, one behaviour: `observe_httpx` (the SDKs' stack, used by the replayer and the
@@ -11,7 +11,7 @@ synthetic agent) and `observe_aiohttp` (for high-concurrency benchmarks). Each i
 connection was) under one driver (`_observe`) that owns the watchdogs and the classification, so
 the two stacks cannot drift apart.
 
-Watchdogs (`proxycheck.core.replayplan.Watchdogs`, re-exported here; seconds): `connect` bounds making a TCP (and TLS) connection; `headers`
+Watchdogs (`proxycheck.core.replay.plan.Watchdogs`, re-exported here; seconds): `connect` bounds making a TCP (and TLS) connection; `headers`
 bounds the wait for response headers from the moment the request is sent; `stall` bounds the time
 without *content* progress after the headers (keep-alive comments and pings are bytes, not
 progress: a hop that pings while the engine behind it hangs is still stalled); `total` bounds the
@@ -42,15 +42,15 @@ import aiohttp
 import httpx
 from aiohttp.http_exceptions import ContentEncodingError
 
-from proxycheck.core.analysis import ResponseAnalysis, StreamTracker, analyze_body
 from proxycheck.core.errors import ClientFault
-from proxycheck.core.httpsyntax import header_problem
-from proxycheck.core.model import Result
-from proxycheck.core.observation import Observation, ResultSummary, select_headers
-from proxycheck.core.outcomes import Outcome, after_answer, classify_recorded
-from proxycheck.core.replayplan import Watchdogs  # one definition: the replay plan's
-from proxycheck.core.requestparts import judge as judge_request
-from proxycheck.core.wire import BYTES_HEADER, CANONICAL_HEADER, PARTS_HEADER, SHA_HEADER
+from proxycheck.core.exchange.observation import Observation, ResultSummary, select_headers
+from proxycheck.core.exchange.outcomes import Outcome, after_answer, classify_recorded
+from proxycheck.core.protocol.analysis import ResponseAnalysis, StreamTracker, analyze_body
+from proxycheck.core.protocol.httpsyntax import header_problem
+from proxycheck.core.protocol.requestparts import judge as judge_request
+from proxycheck.core.protocol.result import Result
+from proxycheck.core.replay.plan import Watchdogs  # one definition: the replay plan's
+from proxycheck.core.testbed.wire import BYTES_HEADER, CANONICAL_HEADER, PARTS_HEADER, SHA_HEADER
 
 __all__ = ["ConnState", "Observed", "Watchdogs", "aiohttp_trace_config", "observe_aiohttp", "observe_httpx"]
 
@@ -453,7 +453,7 @@ def _ended(x: _Exchange) -> Verdict:
 def _mutated(x: _Exchange, verdict: Verdict) -> Verdict:
     """request_mutated when the engine reports having received another request than was sent:
     one in which what the model sees differs (messages, system prompt, tools, sampling
-    parameters, max tokens: `proxycheck.core.requestparts.judge`), with what changed in the
+    parameters, max tokens: `proxycheck.core.protocol.requestparts.judge`), with what changed in the
     detail. Other bytes of the same content (a gateway that re-serializes JSON, or adds
     `stream_options`) are no change; a changed model name alone (gateways map aliases) is a note
     added to the detail, not a failure. The reference engine reports what it received; other

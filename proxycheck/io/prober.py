@@ -2,7 +2,7 @@
 
 This module owns the network side of the probes; what to try next (`Ladder`), what to send
 (`request_body`), how a stream was delivered (`Delivery`) and what the results mean
-(`proxycheck.core.probereport`) are the pure core's. Every exchange goes through
+(`proxycheck.core.probe.findings`) are the pure core's. Every exchange goes through
 `observe_httpx`, the replayer's observer, so outcomes and timings mean what they mean in a replay.
 Clients are made as the replayer makes them: `trust_env=False` (only the chain file's proxy may add
 a hop), the route's proxy and TLS verification (one SSL context per route), the route's headers,
@@ -44,11 +44,9 @@ from typing import Awaitable, Callable, Protocol, Sequence
 
 import httpx
 
-from proxycheck.core.chain import Route
-from proxycheck.core.observation import Observation
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.probe import ENDPOINTS, PROBES, Ask, Delivery, Ladder, TokenBudget, header_value, request_body
-from proxycheck.core.probereport import (
+from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.probe.findings import (
     DEGRADED,
     FAILED,
     INCOMPLETE,
@@ -62,7 +60,9 @@ from proxycheck.core.probereport import (
     ProbeResult,
     RouteInfo,
 )
-from proxycheck.core.wire import SHA_HEADER
+from proxycheck.core.probe.searches import ENDPOINTS, PROBES, Ask, Delivery, Ladder, TokenBudget, header_value, request_body
+from proxycheck.core.replay.chain import Route
+from proxycheck.core.testbed.wire import SHA_HEADER
 from proxycheck.io.observe import ConnState, Watchdogs, observe_httpx
 from proxycheck.io.replayer import REPLAY_HEADER, tls_context
 

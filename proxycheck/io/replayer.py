@@ -1,6 +1,6 @@
 """The replayer: carries out a replay plan over the network, route after route.
 
-This module owns the live replay: for each route (`proxycheck.core.chain.Route`) and each
+This module owns the live replay: for each route (`proxycheck.core.replay.chain.Route`) and each
 repetition it runs every `PlannedSession` as its own asyncio task, with its own client (httpx by
 default, aiohttp on request), so that one session's stall can never hold up another beyond its
 own watchdog. Within a session the turns go in recorded order, each after its recorded think time
@@ -15,9 +15,9 @@ What is sent: the recorded method, path and query on the route's URL (`Route.url
 recorded host), the recorded headers the plan kept, overridden by the route's headers of the
 same name, plus `x-proxycheck-replay: RUN_ID`; the recorded body (exact mode) or the body with
 the replayed replies in it (chained mode, `ChainedSession`); with `greedy`, greedy sampling
-parameters are written into either (`proxycheck.core.greedy`). Every exchange becomes one
+parameters are written into either (`proxycheck.core.replay.greedy`). Every exchange becomes one
 `Observation` (keys filled in) handed to the caller's sink as it happens. Decisions that need no
-network (the plan, pacing, watchdogs, chained bodies) are `proxycheck.core.replayplan`'s;
+network (the plan, pacing, watchdogs, chained bodies) are `proxycheck.core.replay.plan`'s;
 observing one exchange is `proxycheck.io.observe`'s.
 """
 
@@ -34,13 +34,13 @@ from typing import Any, Awaitable, Callable, Iterator, Literal, Protocol, Sequen
 import aiohttp
 import httpx
 
-from proxycheck.core.chain import Chain, Route
-from proxycheck.core.credentials import raise_if_refused
 from proxycheck.core.errors import BadInput
-from proxycheck.core.greedy import greedy_sessions
-from proxycheck.core.observation import Observation
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.replayplan import (
+from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.replay.chain import Chain, Route
+from proxycheck.core.replay.credentials import raise_if_refused
+from proxycheck.core.replay.greedy import greedy_sessions
+from proxycheck.core.replay.plan import (
     ChainedSession,
     Pace,
     PlannedSession,
@@ -74,10 +74,10 @@ class ReplayOptions:
     max_requests: int | None = None
     first_repetition: int = 1  # the number of the first repetition (a run replayed in steps)
     # --greedy: temperature 0 and a fixed seed written into every body, on every route alike
-    # (`proxycheck.core.greedy`), so a sampling engine's content can be compared per exchange.
+    # (`proxycheck.core.replay.greedy`), so a sampling engine's content can be compared per exchange.
     greedy: bool = False
     # The chain the routes come from: with it, a route refusing a request the recording shows
-    # succeeding (401/403/407; see `proxycheck.core.credentials`) stops the replay with
+    # succeeding (401/403/407; see `proxycheck.core.replay.credentials`) stops the replay with
     # `MissingCredential` (bad input, exit 2) at that first exchange, instead of being taken for
     # a fault of the hop.
     chain: Chain | None = None

@@ -1,6 +1,6 @@
 """Runs on disk: a directory with `run.json` and an append-only `observations.jsonl`.
 
-A run (DESIGN.md) is what replaying a recording produced: one observation per exchange per route
+A run (docs/design.md) is what replaying a recording produced: one observation per exchange per route
 per repetition. `RunWriter` creates the directory (0700; files 0600, as observations carry
 digests and headers of private traffic), writes `run.json` atomically (run id, wall-clock start,
 chain, routes, options, the versions of proxycheck, Python, httpx and aiohttp) and appends one
@@ -27,9 +27,9 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from proxycheck import __version__
 from proxycheck.core.errors import BadInput, StorageError
-from proxycheck.core.observation import Observation, decode, encode
-from proxycheck.core.recording import Warning_
-from proxycheck.core.sessions import SessionName
+from proxycheck.core.exchange.observation import Observation, decode, encode
+from proxycheck.core.recording.journal import RecordingWarning
+from proxycheck.core.recording.sessions import SessionName
 from proxycheck.io.jsonl import atomic_write, open_append, read_json_file, read_records, write_all
 
 RUN_FILE = "run.json"
@@ -172,7 +172,7 @@ class Run:
     directory: Path
     meta: dict[str, Any]
     observations: list[Observation]
-    warnings: list[Warning_] = field(default_factory=list)
+    warnings: list[RecordingWarning] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -215,7 +215,7 @@ def load_run(directory: str | os.PathLike[str]) -> Run:
     if not meta_path.exists():
         raise BadInput(str(root), f"not a proxycheck run (no {RUN_FILE})")
     meta = _read_meta(meta_path)
-    warnings: list[Warning_] = []
+    warnings: list[RecordingWarning] = []
     observations = list(_observations(root / OBSERVATIONS_FILE, warnings))
     return Run(root, meta, observations, warnings)
 
@@ -241,21 +241,21 @@ def _check_meta(meta: Any, where: str) -> None:
         raise BadInput(where, "started_at is missing or not a number")
 
 
-def _observations(path: Path, warnings: list[Warning_]) -> Iterator[Observation]:
+def _observations(path: Path, warnings: list[RecordingWarning]) -> Iterator[Observation]:
     """Decoded observations; unreadable records become warnings (an unknown kind once per kind:
     a newer writer's extra records are not worth one warning each)."""
     unknown: set[str] = set()
     for where, rec in read_records(path, warnings):
         if not isinstance(rec, dict):
-            warnings.append(Warning_(where, "record is not a JSON object; skipped"))
+            warnings.append(RecordingWarning(where, "record is not a JSON object; skipped"))
             continue
         kind = rec.get("k")
         if kind != "obs":
             if str(kind) not in unknown:
                 unknown.add(str(kind))
-                warnings.append(Warning_(where, f"unknown record kind {kind!r}; skipped"))
+                warnings.append(RecordingWarning(where, f"unknown record kind {kind!r}; skipped"))
             continue
         try:
             yield decode(rec)
         except ValueError as exc:
-            warnings.append(Warning_(where, f"bad observation ({exc}); skipped"))
+            warnings.append(RecordingWarning(where, f"bad observation ({exc}); skipped"))

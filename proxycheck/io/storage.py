@@ -1,6 +1,6 @@
 """Recordings on disk: the journal writer the recorder uses, and the loader every command uses.
 
-The format itself (records, body pieces, migrations) is `proxycheck.core.recording`; this module
+The format itself (records, body pieces, migrations) is `proxycheck.core.recording.journal`; this module
 owns files: permissions (directories 0700, files 0600: recordings may hold private prompts),
 appending whole lines with one write each, buffering response chunks and flushing them at least
 every second, and reading a journal that a crash or a full disk may have left damaged (the
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from proxycheck import __version__
-from proxycheck.core import bodies
-from proxycheck.core import recording as fmt
 from proxycheck.core.errors import BadInput, StorageError
-from proxycheck.core.recording import RecordedExchange, Warning_
-from proxycheck.core.redact import RedactionPolicy, redact_body, redact_headers, redact_url
+from proxycheck.core.recording import bodies
+from proxycheck.core.recording import journal as fmt
+from proxycheck.core.recording.journal import RecordedExchange, RecordingWarning
+from proxycheck.core.recording.redact import RedactionPolicy, redact_body, redact_headers, redact_url
 from proxycheck.io.jsonl import atomic_write as _atomic_write
 from proxycheck.io.jsonl import ensure_line_end, open_append, read_json_file, read_records
 from proxycheck.io.jsonl import write_all as _write_all
@@ -296,7 +296,7 @@ class Recording:
     meta: dict[str, Any]
     exchanges: list[RecordedExchange]
     pieces: dict[str, bytes]
-    warnings: list[Warning_] = field(default_factory=list)
+    warnings: list[RecordingWarning] = field(default_factory=list)
     closes: list[dict[str, Any]] = field(default_factory=list)
 
     def piece(self, pid: str) -> bytes:
@@ -355,14 +355,14 @@ def _read_metadata(path: Path) -> dict[str, Any]:
     return meta
 
 
-def _journal_records(path: Path, warnings: list[Warning_]) -> Iterator[tuple[str, Any]]:
+def _journal_records(path: Path, warnings: list[RecordingWarning]) -> Iterator[tuple[str, Any]]:
     """(where, record) for each readable line; damaged lines become warnings."""
     return read_records(path, warnings, fmt.MAX_LINE)
 
 
 def _scan_existing(journal: Path) -> tuple[int, set[str]]:
     """The next exchange number and the known piece ids of an existing journal (for appending)."""
-    warnings: list[Warning_] = []
+    warnings: list[RecordingWarning] = []
     max_xid = 0
     known: set[str] = set()
     for _, rec in _journal_records(journal, warnings):

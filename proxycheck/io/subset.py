@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from typing import Iterable, Mapping
 
-from proxycheck.core.recording import RecordedExchange
-from proxycheck.core.redact import REDACTED_TEXT, Redacted
+from proxycheck.core.recording.journal import RecordedExchange
+from proxycheck.core.recording.redact import REDACTED_TEXT, Redacted
 from proxycheck.io.har import Imported, ImportedResponse, ImportResult, write_recording
 from proxycheck.io.storage import Recording
 

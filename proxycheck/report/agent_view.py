@@ -13,9 +13,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from proxycheck.core.outcomes import Outcome
+from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.io.agent import AgentRun, SessionReport, TurnReport
-from proxycheck.report.terminal import human_bytes
+from proxycheck.report.sessions_view import human_bytes
 
 SCHEMA = "proxycheck.agent/1"
 _GRID_TURNS = 12  # up to this many turns, one column per turn; beyond, folded runs of outcomes

@@ -22,10 +22,10 @@ import html
 import math
 from typing import Iterable, Sequence
 
-from proxycheck.core.observation import Observation
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.sessions import attempt_text
-from proxycheck.core.verdict import Advice, Evidence, Finding, RouteReport, Verdict
+from proxycheck.core.diagnose.verdict import Advice, Evidence, Finding, RouteReport, Verdict
+from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.recording.sessions import attempt_text
 from proxycheck.report.verdict_view import (
     advice_groups,
     advice_heading,

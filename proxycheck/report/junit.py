@@ -23,10 +23,10 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Collection, Mapping, Sequence
 
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.sessions import SessionName, attempt_text
-from proxycheck.core.advice import advise, kind_of
-from proxycheck.core.verdict import Advice, Judged, MissingRoute, RouteReport, Verdict
+from proxycheck.core.diagnose.advice import advise, kind_of
+from proxycheck.core.diagnose.verdict import Advice, Judged, MissingRoute, RouteReport, Verdict
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.recording.sessions import SessionName, attempt_text
 from proxycheck.report.verdict_view import advice_heading, headline, missing_lines, statistics_line
 
 SUITES_NAME = "proxycheck check"

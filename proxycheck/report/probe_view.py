@@ -1,6 +1,6 @@
 """The terminal report of `proxycheck probe`: the limits of every route, and whose they are.
 
-This module owns how a `ProbeReport` (proxycheck.core.probereport) reads in a terminal: a panel
+This module owns how a `ProbeReport` (proxycheck.core.probe.findings) reads in a terminal: a panel
 with the conclusion (healthy, or how many findings belong to hops) and what was probed; the
 limits table, one row per probe and one column per route in ladder order (direct first), with the
 owner of each row's findings in the last column; then each finding in a sentence, the engine's own
@@ -18,7 +18,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from proxycheck.core.probereport import (
+from proxycheck.core.probe.findings import (
     ENGINE,
     FINDING_STATES,
     INCOMPLETE,

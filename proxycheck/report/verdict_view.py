@@ -1,6 +1,6 @@
 """The terminal report of `check` and `diff`: the verdict, the routes, the findings, the evidence.
 
-This module owns how a `Verdict` (proxycheck.core.verdict) reads in a terminal, and the words of a
+This module owns how a `Verdict` (proxycheck.core.diagnose.verdict) reads in a terminal, and the words of a
 verdict the other reports reuse (`headline`, `statistics_line`, `advice_groups`, `advice_heading`,
 `hops_text`, `timing_text`, the outcome column order, where a failing stream was cut), so the
 terminal, JUnit and HTML reports say the same thing the same way.
@@ -25,25 +25,25 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from proxycheck.core.observation import Observation
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.sessions import attempt_text
-from proxycheck.core.verdict import (
-    ENGINE,
+from proxycheck.core.diagnose.verdict import (
     CUT_SHORT,
+    ENGINE,
     HEALTHY,
     INCOMPLETE,
     INCONCLUSIVE,
     NOT_REPRODUCED,
     PROXY,
     SERVER,
+    Advice,
     Evidence,
     Finding,
     NoiseFloor,
-    Advice,
     RouteReport,
     Verdict,
 )
+from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.recording.sessions import attempt_text
 
 ROUTES_TITLE = "Routes (ladder order: direct first)"
 MAX_FINDINGS = 5  # the rest are in the JSON document; a terminal report says what to do first

@@ -26,11 +26,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxycheck.core import dialects
-from proxycheck.core.model import Result
-from proxycheck.core.sse import SSEComment, SSEEvent, SSEParser
-from proxycheck.core.requestparts import canonical_json
-from proxycheck.core.ssefilter import coin, truncate_messages
+from proxycheck.core.protocol import dialects
+from proxycheck.core.protocol.requestparts import canonical_json
+from proxycheck.core.protocol.result import Result
+from proxycheck.core.protocol.sse import SSEComment, SSEEvent, SSEParser
+from proxycheck.core.testbed.ssefilter import coin, truncate_messages
 from proxycheck.hops.faults import reserialize_json
 from proxycheck.io.procs import Managed, mitmdump_path, start_engine, start_mitmdump
 

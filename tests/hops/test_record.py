@@ -26,12 +26,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxycheck.core import dialects
-from proxycheck.core.conversation import Conversation, ConversationConfig
-from proxycheck.core.recording import RecordedExchange
-from proxycheck.core.redact import TOO_DEEP
-from proxycheck.core.sse import SSEEvent, SSEParser
-from proxycheck.core.summary import SessionSummary, summarize
+from proxycheck.core.protocol import dialects
+from proxycheck.core.protocol.sse import SSEEvent, SSEParser
+from proxycheck.core.recording.journal import RecordedExchange
+from proxycheck.core.recording.redact import TOO_DEEP
+from proxycheck.core.recording.summary import SessionSummary, summarize_sessions
+from proxycheck.core.testbed.conversation import Conversation, ConversationConfig
 from proxycheck.io.agent import AgentOptions, AgentRun, run_agent
 from proxycheck.io.procs import Managed, mitmdump_path, start_engine, start_mitmdump
 from proxycheck.io.storage import Recording, load
@@ -216,7 +216,7 @@ def sha(data: bytes) -> str:
 
 def sessions_of(rec: Recording) -> list[SessionSummary]:
     headers = rec.meta.get("source", {}).get("session_headers") or ()
-    return summarize(rec.exchanges, rec.piece, **({"session_headers": headers} if headers else {}))
+    return summarize_sessions(rec.exchanges, rec.piece, **({"session_headers": headers} if headers else {}))
 
 
 def only(exchanges: list[RecordedExchange]) -> RecordedExchange:

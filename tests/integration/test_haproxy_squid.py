@@ -41,8 +41,8 @@ from common import chain_file, check, record_through
 from proxies import start_haproxy, start_nginx, start_squid
 
 from proxycheck import cli
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.sessions import turn_number
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.recording.sessions import turn_number
 from proxycheck.io.procs import start_engine
 from proxycheck.io.runstore import load_run
 from proxycheck.io.storage import load

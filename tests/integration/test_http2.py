@@ -18,7 +18,7 @@ from common import chain_file, record_through
 from proxies import start_nginx
 
 from proxycheck import cli
-from proxycheck.core.outcomes import Outcome
+from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.io.procs import start_engine
 from proxycheck.io.runstore import load_run
 

@@ -44,8 +44,8 @@ from common import RECORD, REPO, chain_file, check, record_through
 from proxies import Proxy, start_litellm
 from sdk import converse
 
-from proxycheck.core.sessions import turn_number
-from proxycheck.core.synth import Timing
+from proxycheck.core.recording.sessions import turn_number
+from proxycheck.core.testbed.synth import Timing
 from proxycheck.io.procs import Managed, start_engine, start_mitmdump
 from proxycheck.io.storage import load
 

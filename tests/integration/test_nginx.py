@@ -40,8 +40,8 @@ from common import chain_file, check, record_through
 from proxies import Proxy, start_nginx
 
 from proxycheck import cli
-from proxycheck.core.sessions import turn_number
-from proxycheck.core.synth import Timing
+from proxycheck.core.recording.sessions import turn_number
+from proxycheck.core.testbed.synth import Timing
 from proxycheck.io.procs import Managed, start_engine
 from proxycheck.io.runstore import load_run
 from proxycheck.io.storage import load

@@ -388,7 +388,7 @@ def test_request_headers_name_the_session_and_the_anthropic_version() -> None:
 def test_many_turns_fold_into_runs_of_outcomes(monkeypatch) -> None:
     from rich.console import Console
 
-    from proxycheck.core.outcomes import Outcome
+    from proxycheck.core.exchange.outcomes import Outcome
     from proxycheck.io.agent import SessionReport, TurnReport
     from proxycheck.report.agent_view import agent_view
 

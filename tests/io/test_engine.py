@@ -12,9 +12,9 @@ import time
 import httpx
 import pytest
 
-from proxycheck.core import dialects
-from proxycheck.core.analysis import StreamTracker
-from proxycheck.core.requestparts import HEADER_LIMIT, decode_parts
+from proxycheck.core.protocol import dialects
+from proxycheck.core.protocol.analysis import StreamTracker
+from proxycheck.core.protocol.requestparts import HEADER_LIMIT, decode_parts
 from proxycheck.io.procs import start_engine
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxycheck.core.recording import RecordedExchange
-from proxycheck.core.sse import SSEEvent, parse
-from proxycheck.core.summary import summarize
+from proxycheck.core.protocol.sse import SSEEvent, parse
+from proxycheck.core.recording.journal import RecordedExchange
+from proxycheck.core.recording.summary import summarize_sessions
 from proxycheck.io.procs import Managed, start_engine
 from proxycheck.io.storage import Recording, RecordingWriter, load
 
@@ -83,7 +83,7 @@ def example() -> Recording:
 @pytest.fixture(scope="module")
 def turns(example: Recording) -> dict[tuple[str, int], RecordedExchange]:
     by_xid = {ex.xid: ex for ex in example.exchanges}
-    return {(s.id, t.turn): by_xid[t.xid] for s in summarize(example.exchanges, example.piece) for t in s.turns}
+    return {(s.id, t.turn): by_xid[t.xid] for s in summarize_sessions(example.exchanges, example.piece) for t in s.turns}
 
 
 @pytest.fixture(scope="module")

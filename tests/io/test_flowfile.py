@@ -23,7 +23,7 @@ from mitmproxy.test import tflow, tutils
 
 from proxycheck import cli
 from proxycheck.commands import export, importer
-from proxycheck.core.summary import summarize
+from proxycheck.core.recording.summary import summarize_sessions
 from proxycheck.io.flowfile import read_flows
 from proxycheck.io.procs import start_engine, start_mitmdump
 from proxycheck.io.storage import Recording, load
@@ -123,7 +123,7 @@ def by_request(rec: Recording) -> dict[bytes, tuple]:
 
 def session_bodies(rec: Recording) -> list[list[bytes]]:
     by_xid = {x.xid: x for x in rec.exchanges}
-    sessions = summarize(rec.exchanges, rec.piece)
+    sessions = summarize_sessions(rec.exchanges, rec.piece)
     return sorted([rec.request_body(by_xid[t.xid]) for t in s.turns] for s in sessions)
 
 
@@ -138,7 +138,7 @@ def test_a_real_dump_imports_the_sessions_that_went_through(dumped: Dumped, tmp_
     for sent in dumped.sessions:
         for body, response, status in zip(sent.requests, sent.responses, sent.statuses):
             assert got[body][:2] == (status, response)
-    sessions = summarize(rec.exchanges, rec.piece)
+    sessions = summarize_sessions(rec.exchanges, rec.piece)
     assert sorted(len(s.turns) for s in sessions) == [2, 2, 3]
     assert all(t.outcome.value == "ok" for s in sessions for t in s.turns)
     for x in rec.exchanges:

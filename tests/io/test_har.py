@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from proxycheck import cli
 from proxycheck.commands import export, importer
-from proxycheck.core.recording import RecordedExchange
-from proxycheck.core.redact import REDACTED, RedactionPolicy
-from proxycheck.core.summary import summarize
+from proxycheck.core.recording.journal import RecordedExchange
+from proxycheck.core.recording.redact import REDACTED, RedactionPolicy
+from proxycheck.core.recording.summary import summarize_sessions
 from proxycheck.io.har import har_document, read_har, write_recording
 from proxycheck.io.storage import Recording, RecordingWriter, load
 
@@ -127,7 +127,7 @@ def test_export_then_import_gives_back_the_same_recording(sample: Path, tmp_path
     assert back.meta["source"]["session_headers"] == ["x-trace"]
     assert back.meta["source"]["imported_from"] == str(har)
     headers = ["x-trace"]
-    assert summarize(back.exchanges, back.piece, session_headers=headers) == summarize(
+    assert summarize_sessions(back.exchanges, back.piece, session_headers=headers) == summarize_sessions(
         original.exchanges, original.piece, session_headers=headers
     )
 
@@ -220,7 +220,7 @@ def test_chrome_export(tmp_path: Path, capsys) -> None:
     assert json.loads(rec.request_body(turn2))["messages"][-1] == {"role": "user", "content": "what is 2+2?"}
     # base64 content is decoded.
     assert json.loads(completion.response_body)["choices"][0]["text"] == " hi"
-    sessions = summarize(rec.exchanges, rec.piece)
+    sessions = summarize_sessions(rec.exchanges, rec.piece)
     by_id = {s.id: [t.outcome.value for t in s.turns] for s in sessions}
     assert by_id["chat-7"] == ["truncated", "ok", "connect_error"]
     assert [len(s.turns) for s in sessions] == [3, 1]
@@ -247,7 +247,7 @@ def test_mitmproxy_hardump(tmp_path: Path, capsys) -> None:
     assert turn1.request_header("x-api-key") is REDACTED
     assert turn1.response_body.startswith(b"event: message_start")
     assert killed.error == "Connection killed." and killed.status is None
-    sessions = summarize(rec.exchanges, rec.piece)
+    sessions = summarize_sessions(rec.exchanges, rec.piece)
     assert [[t.outcome.value for t in s.turns] for s in sessions] == [["ok", "ok", "connect_error"]]
     assert sessions[0].dialect == "anthropic_messages"
     assert all(t.turn == i for i, t in enumerate(sessions[0].turns, start=1))

@@ -19,9 +19,9 @@ import aiohttp
 import httpx
 import pytest
 
-from proxycheck.core.observation import Observation
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.ssefilter import truncate_messages
+from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.testbed.ssefilter import truncate_messages
 from proxycheck.io.observe import ConnState, Observed, Watchdogs, aiohttp_trace_config, observe_aiohttp, observe_httpx
 from proxycheck.io.procs import Managed, free_port, start_engine, start_mitmdump
 

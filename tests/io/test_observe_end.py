@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from test_observe import HEADERS, chat, client, observe_one  # noqa: F401  (fixtures and helpers)
 
 from proxycheck.core.errors import ClientFault
-from proxycheck.core.outcomes import Outcome
-from proxycheck.io.procs import Managed, start_engine, start_mitmdump
+from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.io.observe import Watchdogs
-
-from test_observe import HEADERS, chat, client, observe_one  # noqa: F401  (fixtures and helpers)
+from proxycheck.io.procs import Managed, start_engine, start_mitmdump
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTS = REPO / "addons" / "faults.py"

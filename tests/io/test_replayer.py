@@ -33,12 +33,12 @@ import pytest
 from proxycheck import cli
 from proxycheck.commands import replay as replay_cmd
 from proxycheck.commands.sessions import recorded_session_headers
-from proxycheck.core.chain import parse_chain
-from proxycheck.core.observation import Observation
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.replayplan import PlannedSession, PlannedTurn, Watchdogs, p99, plan_sessions
-from proxycheck.core.sessions import DEFAULT_SESSION_HEADERS
-from proxycheck.core.summary import summarize
+from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
+from proxycheck.core.recording.summary import summarize_sessions
+from proxycheck.core.replay.chain import parse_chain
+from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, Watchdogs, p99, plan_sessions
 from proxycheck.io.agent import AgentOptions, run_agent
 from proxycheck.io.procs import Managed, start_engine, start_mitmdump
 from proxycheck.io.replayer import REPLAY_HEADER, ReplayOptions, replay, request_headers
@@ -80,7 +80,7 @@ class World:
 def plan(directory: Path) -> list[PlannedSession]:
     rec = load(directory)
     headers = recorded_session_headers(rec.meta) + DEFAULT_SESSION_HEADERS
-    return plan_sessions(rec.exchanges, rec.piece, summarize(rec.exchanges, rec.piece, session_headers=headers))
+    return plan_sessions(rec.exchanges, rec.piece, summarize_sessions(rec.exchanges, rec.piece, session_headers=headers))
 
 
 def _hop_args(sessions: list[PlannedSession]) -> dict[str, list[str]]:

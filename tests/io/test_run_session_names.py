@@ -10,9 +10,9 @@ import pytest
 
 from proxycheck import cli
 from proxycheck.core.errors import BadInput
-from proxycheck.core.observation import Observation
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.sessions import SessionName
+from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.recording.sessions import SessionName
 from proxycheck.io.runstore import RUN_FILE, RunWriter, load_run
 
 KEY = '{"device_id":"' + "d" * 64 + '","account_uuid":"","session_id":"5c3e8a0f-2b1d-4c6e-9f7a-0d1e2f3a4b5c"}'

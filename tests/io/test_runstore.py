@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from proxycheck.core.errors import BadInput, StorageError
-from proxycheck.core.observation import Event, Observation, ResultSummary
-from proxycheck.core.outcomes import Outcome
+from proxycheck.core.exchange.observation import Event, Observation, ResultSummary
+from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.io.jsonl import read_records
 from proxycheck.io.runstore import OBSERVATIONS_FILE, RUN_FILE, VERSION, RunWriter, load_run
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxycheck.core import recording as fmt
 from proxycheck.core.errors import BadInput, StorageError
-from proxycheck.core.redact import REDACTED, RedactionPolicy
-from proxycheck.core.summary import summarize
+from proxycheck.core.recording import journal as fmt
+from proxycheck.core.recording.redact import REDACTED, RedactionPolicy
+from proxycheck.core.recording.summary import summarize_sessions
 from proxycheck.io.storage import RecordingWriter, load
 
 SSE = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
@@ -276,7 +276,7 @@ def test_fuzzed_journals_load_or_fail_cleanly(tmp_path_factory, data) -> None:
             rec.request_body(ex)
         except BadInput:
             pass  # a piece lost to the damage is named, not a crash
-    sessions = summarize(rec.exchanges, rec.piece)  # and what loaded can be listed
+    sessions = summarize_sessions(rec.exchanges, rec.piece)  # and what loaded can be listed
     assert sum(len(s.turns) for s in sessions) == len(rec.exchanges)
 
 

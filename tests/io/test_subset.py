@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from proxycheck.commands.sessions import recorded_session_headers
-from proxycheck.core.sessions import DEFAULT_SESSION_HEADERS
-from proxycheck.core.summary import summarize
+from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
+from proxycheck.core.recording.summary import summarize_sessions
 from proxycheck.io.storage import load
 from proxycheck.io.subset import write_subset
 
@@ -16,7 +16,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "replays" / "example-agent"
 def sessions_of(directory: Path):  # type: ignore[no-untyped-def]
     rec = load(directory)
     headers = recorded_session_headers(rec.meta) + DEFAULT_SESSION_HEADERS
-    return rec, summarize(rec.exchanges, rec.piece, session_headers=headers)
+    return rec, summarize_sessions(rec.exchanges, rec.piece, session_headers=headers)
 
 
 def test_a_subset_is_the_same_exchanges_byte_for_byte(tmp_path: Path) -> None:

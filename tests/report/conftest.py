@@ -1,7 +1,7 @@
 """Sample verdicts for the report tests, built by hand from the verdict types: a `proxy` verdict
 whose evidence is a mid-stream stall behind hop edge, a `healthy` one, a `server` one, a
 `not-reproduced` one and an `incomplete` one (their statistics shaped as the localizer gives them,
-their advice made by `proxycheck.core.advice` from the exchanges they name)."""
+their advice made by `proxycheck.core.diagnose.advice` from the exchanges they name)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from dataclasses import replace
 import pytest
 from samples import FLOOR, STALL, STALL_ADVICE, STALL_DETAIL, SUMMARY, complete_stream, ladder, stalled_stream
 
-from proxycheck.core.advice import advise
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.verdict import (
+from proxycheck.core.diagnose.advice import advise
+from proxycheck.core.diagnose.verdict import (
     CUT_SHORT,
     ENGINE,
     HEALTHY,
@@ -28,6 +27,7 @@ from proxycheck.core.verdict import (
     SoFar,
     Verdict,
 )
+from proxycheck.core.exchange.outcomes import Outcome
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from proxycheck.core.model import Event
-from proxycheck.core.observation import Observation
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.advice import advise
-from proxycheck.core.verdict import Judged, NoiseFloor, RouteReport
+from proxycheck.core.diagnose.advice import advise
+from proxycheck.core.diagnose.verdict import Judged, NoiseFloor, RouteReport
+from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.protocol.result import Event
 
 STALL_DETAIL = "no content for 10.0 s after event 12 (1.9 KB received)"
 SUMMARY = "hop edge stalls mid-stream from turn 4 on; direct and via:gateway clean in 10/10"

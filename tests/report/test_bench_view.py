@@ -1,6 +1,6 @@
 """The terminal reports of bench and compare, as a user reads them on a console 100 characters wide.
 
-The documents come from the real statistics (`proxycheck.core.perf`) over synthetic runs, so the
+The documents come from the real statistics (`proxycheck.core.bench.perf`) over synthetic runs, so the
 view is tested on what bench and compare really hand it."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import re
 
 from rich.console import Console
 
-from proxycheck.core.model import Event
-from proxycheck.core.observation import Observation, ResultSummary
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.perf import Window, compare, summarize
+from proxycheck.core.bench.perf import Window, compare, steady_state
+from proxycheck.core.exchange.observation import Observation, ResultSummary
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.protocol.result import Event
 from proxycheck.report.bench_view import render_bench, render_compare
 
 
@@ -48,7 +48,7 @@ WINDOW = Window(0.0, 10.0)
 
 
 def test_bench_summary_shows_throughput_latencies_in_ms_and_failures_by_outcome() -> None:
-    summary = summarize(run(0.01, stalled_every=10), WINDOW).to_json()
+    summary = steady_state(run(0.01, stalled_every=10), WINDOW).to_json()
     out = rendered(render_bench, summary, "bench direct: concurrency 8")
     lines = out.splitlines()
     assert lines[0].rstrip() == "bench direct: concurrency 8"
@@ -58,7 +58,7 @@ def test_bench_summary_shows_throughput_latencies_in_ms_and_failures_by_outcome(
     assert 9.5 <= float(tpot.split()[2]) <= 10.5
     assert "failed: stall_mid_stream 20 (10.0% of measured requests)" in out
     assert all(len(line) <= 100 for line in lines)
-    clean = rendered(render_bench, summarize(run(0.01), WINDOW).to_json(), "bench")
+    clean = rendered(render_bench, steady_state(run(0.01), WINDOW).to_json(), "bench")
     assert "failed: none" in clean
 
 

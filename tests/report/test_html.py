@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 
 from samples import STALL, stalled_stream
 
-from proxycheck.core.verdict import Evidence, Verdict
+from proxycheck.core.diagnose.verdict import Evidence, Verdict
 from proxycheck.report.html import html_report, nice_step
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "area", "base", "col", "embed", "source", "track", "wbr"}

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from proxycheck.core.verdict import Verdict
+from proxycheck.core.diagnose.verdict import Verdict
 from proxycheck.report.html import html_report
 
 ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # the W3C key of an element reference

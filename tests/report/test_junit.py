@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from samples import STALL_ADVICE, STALL_DETAIL, complete_stream, judged_for
 
-from proxycheck.core.outcomes import Outcome
-from proxycheck.core.verdict import ENGINE_ADVICE, Judged, Verdict
+from proxycheck.core.diagnose.verdict import ENGINE_ADVICE, Judged, Verdict
+from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.report.junit import junit_xml
 
 

@@ -12,8 +12,8 @@ from dataclasses import replace
 from rich.console import Console
 from samples import STALL_DETAIL, complete_stream, judged_for, stalled_stream
 
-from proxycheck.core.sessions import SessionName, label_of
-from proxycheck.core.verdict import Evidence, Finding, Judged, Verdict
+from proxycheck.core.diagnose.verdict import Evidence, Finding, Judged, Verdict
+from proxycheck.core.recording.sessions import SessionName, label_of
 from proxycheck.report.html import html_report
 from proxycheck.report.junit import junit_xml
 from proxycheck.report.verdict_view import render_verdict

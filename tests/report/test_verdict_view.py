@@ -8,7 +8,7 @@ from dataclasses import replace
 from rich.console import Console
 from samples import STALL, STALL_ADVICE, STALL_DETAIL, SUMMARY, complete_stream, stalled_stream
 
-from proxycheck.core.verdict import ENGINE_ADVICE, Advice, Evidence, Finding, Verdict
+from proxycheck.core.diagnose.verdict import ENGINE_ADVICE, Advice, Evidence, Finding, Verdict
 from proxycheck.report.verdict_view import (
     CUT_MARK,
     render_verdict,

@@ -1,0 +1,1 @@
+"""Benchmarks: a load run's steady state and the statistics that compare two runs (`perf`)."""

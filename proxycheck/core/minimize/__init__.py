@@ -1,0 +1,3 @@
+"""Minimizing a failing recording: the search over exchanges and sessions (`ddmin`) and shrinking
+one request body (`shrink`).
+"""

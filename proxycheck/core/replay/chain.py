@@ -1,0 +1,491 @@
+"""The chain file: the engine, the hops in front of it, and the routes a replay can take.
+
+    engine = "http://127.0.0.1:30000"
+    [engine_options]
+    headers = { Authorization = "Bearer ${ENGINE_API_KEY}" }
+    verify = true                     # true | false | "path/to/ca.pem"
+    [[hop]]                           # listed from the client inward
+    name = "corp"
+    proxy = "http://127.0.0.1:3128"   # a forward hop
+    [[hop]]
+    name = "edge"
+    url = "http://127.0.0.1:8080"     # a reverse hop
+    headers = { "x-api-key" = "${EDGE_KEY}" }
+
+Routes: `direct` (the engine URL) and `via:NAME` (enter the chain at hop NAME and pass every hop
+from there inward). The *ladder* is `direct, via:hops[n-1], ..., via:hops[0]`.
+
+How a route reaches the engine:
+- through a reverse hop, the request goes to that hop's URL;
+- through a forward hop, the request's target is the URL of the first reverse hop further
+  inward, or the engine, and the forward hop is the client's proxy (CONNECT for https). Forward
+  hops behind it are its own upstream configuration.
+- Headers: the client of a chain sends what every hop from its entry inward needs, so a route's
+  headers are the engine's, then each hop's from the innermost to the entry (outer ones win on the
+  same name). `${VAR}` is expanded from the environment when the file is read; a missing variable
+  is an error naming it. Headers never come from a recording.
+
+The file is validated whole when it is read, before anything is sent (`parse_chain`): a mistake
+in it would otherwise fail every exchange at the client, and those failures would read as the
+engine's. Each error names the file and the line of the offending key (tomllib keeps no lines, so
+`_KeyLines` finds them in the text).
+
+Requests go only to the URLs of the chain file: `Route.url_for` keeps only the path and query of a
+recorded URL. Pure: the file's text and the environment are passed in.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Mapping, NoReturn
+from urllib.parse import urlsplit, urlunsplit
+
+from proxycheck.core.errors import BadInput
+from proxycheck.core.protocol.httpsyntax import HEADER_NAME, value_problem_at
+
+DIRECT = "direct"
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+Verify = bool | str
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    name: str
+    url: str | None = None  # a reverse hop's entry point
+    proxy: str | None = None  # a forward hop's proxy URL
+    headers: tuple[tuple[str, str], ...] = ()
+    verify: Verify = True
+    line: int | None = field(default=None, compare=False)  # where the file names it, for messages
+
+    @property
+    def forward(self) -> bool:
+        return self.proxy is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One way to send a request: where to, through which proxy, with which headers."""
+
+    name: str
+    base_url: str  # scheme://host:port[/prefix] the requests go to
+    proxy: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    verify: Verify = True
+    hops: tuple[str, ...] = ()  # the hops this route passes, from its entry inward
+
+    def url_for(self, recorded_url: str) -> str:
+        """The URL to send a recorded request to: the route's scheme, host, port and path
+        prefix, with the recorded path and query (the recorded host is never used)."""
+        rec = urlsplit(recorded_url)
+        base = urlsplit(self.base_url)
+        path = base.path.rstrip("/") + (rec.path or "/")
+        return urlunsplit((base.scheme, base.netloc, path, rec.query, ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    engine: str
+    engine_headers: tuple[tuple[str, str], ...] = ()
+    engine_verify: Verify = True
+    hops: tuple[Hop, ...] = field(default=())
+    source: str = ""
+
+    def hop(self, name: str) -> Hop:
+        for h in self.hops:
+            if h.name == name:
+                return h
+        known = ", ".join(h.name for h in self.hops) or "none"
+        raise BadInput(self.source, f"no hop named {name!r} (hops: {known})")
+
+    def ladder(self) -> list[str]:
+        """Route names from the engine outward: `direct, via:hops[n-1], ..., via:hops[0]`."""
+        return [DIRECT] + [f"via:{h.name}" for h in reversed(self.hops)]
+
+    def route(self, name: str) -> Route:
+        if name == DIRECT:
+            return Route(DIRECT, self.engine, None, self.engine_headers, self.engine_verify)
+        if not name.startswith("via:"):
+            raise BadInput(self.source, f"unknown route {name!r} (routes: {', '.join(self.ladder())})")
+        entry = self.hop(name[4:])
+        index = self.hops.index(entry)
+        inner = self.hops[index:]
+        headers = _merge(self.engine_headers, *(h.headers for h in reversed(inner)))
+        names = tuple(h.name for h in inner)
+        if not entry.forward:
+            return Route(name, entry.url or "", None, headers, entry.verify, names)
+        # A forward hop: the target is the first reverse hop further inward, else the engine.
+        target = next((h for h in self.hops[index + 1 :] if not h.forward), None)
+        base, verify = (target.url or "", target.verify) if target else (self.engine, self.engine_verify)
+        return Route(name, base, entry.proxy, headers, verify, names)
+
+    def routes(self, names: list[str] | None = None) -> list[Route]:
+        return [self.route(n) for n in (names or self.ladder())]
+
+
+def _merge(*groups: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """Headers of several groups, later groups replacing earlier ones of the same name."""
+    merged: dict[str, tuple[str, str]] = {}
+    for group in groups:
+        for name, value in group:
+            merged[name.lower()] = (name, value)
+    return tuple(merged.values())
+
+
+def parse_chain(text: str, env: Mapping[str, str], where: str) -> Chain:
+    """A chain file's text, validated whole before anything is sent.
+
+    BadInput names the file and, where the mistake is in the text, its line (`chain.toml:7: ...`):
+    a key no table knows, a header a client cannot send (name not an HTTP token, given twice, or
+    one the client sets itself; value with a line break, a control character, a non-ASCII
+    character or surrounding whitespace, also once `${VAR}` is expanded, naming the variable; a
+    variable unset or empty), a URL without an http(s) scheme, a host or a valid port, a bad
+    `verify`, a bad or repeated hop name. Such a chain would otherwise fail every exchange at the
+    client, and the failures would read as the engine's."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _toml_error(exc, text, where) from None
+    check = _Checker(text, env, where)
+    check.keys(doc, (), _TOP_KEYS, "")
+    if "engine" not in doc:
+        raise BadInput(where, 'no engine: give engine = "http://HOST:PORT", the inference engine\'s URL')
+    engine = check.url(doc["engine"], (), "engine", "engine", reverse=True)
+    options = doc.get("engine_options", {})
+    if not isinstance(options, dict):
+        check.fail((), ("engine_options",), "engine_options must be a table ([engine_options])")
+    check.keys(options, ("engine_options",), _OPTION_KEYS, "engine_options")
+    headers = check.headers(options.get("headers", {}), ("engine_options",), "engine_options")
+    verify = check.verify(options.get("verify", True), ("engine_options",), "engine_options")
+    raw_hops = doc.get("hop", [])
+    if not isinstance(raw_hops, list):
+        check.fail((), ("hop",), "hop must be an array of tables ([[hop]], one per hop)")
+    hops: list[Hop] = []
+    for index, raw in enumerate(raw_hops):
+        hop = check.hop(raw, index)
+        if any(h.name == hop.name for h in hops):
+            check.fail(("hop", index), ("name",), f"hop names must be unique: {hop.name} is given twice")
+        hops.append(hop)
+    return Chain(engine, headers, verify, tuple(hops), where)
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+
+_TOP_KEYS = ("engine", "engine_options", "hop")
+_OPTION_KEYS = ("headers", "verify")
+_HOP_KEYS = ("name", "url", "proxy", "headers", "verify")
+_TOKEN = HEADER_NAME  # RFC 9110 5.6.2: a field name is a token
+# Headers the client sets for each connection and body (RFC 9110 7.6.1, and the framing of the
+# body): one given in the chain file would contradict the client's own and break every request
+# on the route, or be refused outright by HTTP/2.
+_CLIENT_OWNED = frozenset(
+    {"connection", "content-length", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
+)
+# A host as RFC 3986 allows it outside brackets (registered name or IPv4); non-ASCII letters pass
+# for internationalized names, which the clients encode.
+_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=%")
+
+
+class _Checker:
+    """The checks of one chain file, each error located in its text."""
+
+    def __init__(self, text: str, env: Mapping[str, str], where: str) -> None:
+        self.lines = _KeyLines(text)
+        self.env = env
+        self.where = where
+
+    def fail(self, table: tuple[str | int, ...], keys: tuple[str, ...], message: str) -> NoReturn:
+        line = self.lines.line_of(table, keys)
+        if line is None and table:
+            # A table written inline (`engine_options = { ... }`, `hop = [{ ... }]`): its keys are
+            # searched from the line that starts it; an inline array's items are not told apart.
+            inline = (table[0],) + keys if len(table) == 1 else (table[0],)
+            line = self.lines.line_of((), inline)
+        raise BadInput(f"{self.where}:{line}" if line else self.where, message)
+
+    def keys(self, value: dict[str, Any], table: tuple[str | int, ...], known: tuple[str, ...], what: str) -> None:
+        """Every key of a table is one it knows: a misspelt key would otherwise be ignored."""
+        for key in value:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+                hint = f'did you mean "{close[0]}"?' if close else f"known: {', '.join(known)}"
+                self.fail(table, (key,), f"{_prefix(what)}unknown key {_quote(key)} ({hint})")
+
+    def hop(self, raw: Any, index: int) -> Hop:
+        table = ("hop", index)
+        if not isinstance(raw, dict):
+            self.fail((), ("hop",), f"hop[{index}] must be a table ([[hop]])")
+        name = raw.get("name")
+        named = isinstance(name, str) and _NAME.match(name) is not None
+        what = f"hop {_quote(name)}" if named else f"hop[{index}]"
+        self.keys(raw, table, _HOP_KEYS, what)
+        if not named:
+            got = "no name" if name is None else "got " + (_quote(name) if isinstance(name, str) else repr(name))
+            self.fail(table, ("name",), f"{what}: name must be letters, digits, '.', '_' or '-', starting with a "
+                                        f"letter or digit ({got})")  # fmt: skip
+        if ("url" in raw) == ("proxy" in raw):
+            self.fail(table, (), f"{what}: give exactly one of url (a reverse hop) or proxy (a forward hop)")
+        url = self.url(raw["url"], table, "url", f"{what}: url", reverse=True) if "url" in raw else None
+        proxy = self.url(raw["proxy"], table, "proxy", f"{what}: proxy", reverse=False) if "proxy" in raw else None
+        headers = self.headers(raw.get("headers", {}), table, what)
+        verify = self.verify(raw.get("verify", True), table, what)
+        return Hop(name, url, proxy, headers, verify, line=self.lines.line_of(table, ("name",)))
+
+    def url(self, value: Any, table: tuple[str | int, ...], key: str, what: str, *, reverse: bool) -> str:
+        """An http(s) URL with a host and a valid port. `reverse`: requests go to it, with the
+        recorded path and query appended, so a query or fragment of its own would be lost."""
+
+        def bad(problem: str) -> NoReturn:
+            self.fail(table, (key,), f"{what} {problem}")
+
+        if not isinstance(value, str):
+            bad("must be a URL string")
+        shown = _quote(_hide_password(value))
+        if any(c.isspace() or not c.isprintable() for c in value):
+            bad(f"has whitespace or a control character in it ({shown})")
+        try:
+            parts = urlsplit(value)
+            port, host = parts.port, parts.hostname  # .port raises for a port out of range
+        except ValueError as exc:
+            unparsed = str(exc)
+        else:
+            unparsed = ""
+        if unparsed:
+            bad(f"is not a valid URL: {shown} ({unparsed[:1].lower()}{unparsed[1:]})")
+        if parts.scheme not in ("http", "https") or not host:
+            bad(f"must be an http:// or https:// URL with a host (got {shown})")
+        if port == 0:
+            bad(f"has a bad port in {shown} (give one from 1 to 65535, or none)")
+        if not parts.netloc.rpartition("@")[2].startswith("[") and not all(c in _HOST_CHARS or c.isalnum() for c in host):
+            bad(f"has a host that is not a host name or address ({shown})")
+        if reverse and (parts.query or parts.fragment or value.endswith(("?", "#"))):
+            bad(f"must not have a query or fragment: requests go to it with the recorded path and query ({shown})")
+        return value
+
+    def headers(self, value: Any, table: tuple[str | int, ...], what: str) -> tuple[tuple[str, str], ...]:
+        if not isinstance(value, dict):
+            self.fail(table, ("headers",), f"{what}: headers must be a table of name = value")
+        seen: set[str] = set()
+        out = []
+        for name, raw in value.items():
+            out.append(self.header(name, raw, seen, table, what))
+            seen.add(name.lower())
+        return tuple(out)
+
+    def header(self, name: str, raw: Any, seen: set[str], table: tuple[str | int, ...], what: str) -> tuple[str, str]:
+        """One header as the client will send it; `seen`: the lower-cased names before it."""
+
+        def bad(problem: str) -> NoReturn:
+            self.fail(table, ("headers", name), f"{what}: {problem}")
+
+        if not name:
+            bad("a header name is empty")
+        if not _TOKEN.fullmatch(name):
+            bad(f"header name {_quote(name)} is not a valid HTTP token ({_token_problem(name)})")
+        if name.lower() in _CLIENT_OWNED:
+            bad(f"header {_quote(name)} is the client's to set (it describes the connection or frames the body); "
+                "remove it")  # fmt: skip
+        if name.lower() in seen:
+            bad(f"header {_quote(name)} is given twice (header names are case-insensitive)")
+        if not isinstance(raw, str):
+            bad(f"header {_quote(name)}: the value must be a string (in quotes)")
+        value, problem = self.expand(raw)
+        if problem:
+            bad(f"header {_quote(name)}: {problem}")
+        return name, value
+
+    def expand(self, text: str) -> tuple[str, str | None]:
+        """`text` with `${VAR}` expanded, and what makes it an invalid header value, if anything.
+
+        The value itself is never shown (it is usually a credential): the problem names the
+        variable the offending character came from, else "the value" (as the file writes it)."""
+        pieces: list[str] = []
+        spans: list[tuple[int, int, str]] = []  # where each variable's value landed
+        at = 0
+        length = 0
+        for match in _VAR.finditer(text):
+            var = match.group(1)
+            if var not in self.env:
+                return "", f"${{{var}}} is not set in the environment"
+            if not self.env[var]:
+                return "", f"${{{var}}} is empty in the environment"
+            literal = text[at : match.start()]
+            pieces += [literal, self.env[var]]
+            spans.append((length + len(literal), length + len(literal) + len(self.env[var]), var))
+            length += len(literal) + len(self.env[var])
+            at = match.end()
+        pieces.append(text[at:])
+        value = "".join(pieces)
+
+        def source(position: int) -> str:
+            for start, end, var in spans:
+                if start <= position < end:
+                    return f"${{{var}}}"
+            return "the value"
+
+        found = value_problem_at(value)
+        if found is not None:
+            position, problem = found
+            return value, f"{source(position)} {problem}"
+        return value, None
+
+    def verify(self, value: Any, table: tuple[str | int, ...], what: str) -> Verify:
+        if isinstance(value, bool) or (isinstance(value, str) and value):
+            return value
+        self.fail(table, ("verify",), f"{_prefix(what)}verify must be true, false or the path of a CA file")
+
+
+def _prefix(what: str) -> str:
+    return f"{what}: " if what else ""
+
+
+def _quote(text: str) -> str:
+    """`text` in double quotes, on one line: what cannot be printed is escaped."""
+    inner = "".join(
+        c if c.isprintable() and c not in '"\\' else ("\\" + c if c in '"\\' else json.dumps(c)[1:-1])
+        for c in text
+    )
+    return f'"{inner}"'
+
+
+def _token_problem(name: str) -> str:
+    if " " in name:
+        return "no spaces"
+    bad = next(c for c in name if not _TOKEN.fullmatch(c))
+    return f"{_quote(bad)} is not allowed; letters, digits and !#$%&'*+-.^_`|~ are"
+
+
+def _hide_password(url: str) -> str:
+    """A URL as it may be shown: a password in it becomes ***."""
+    return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
+
+
+def _toml_error(exc: tomllib.TOMLDecodeError, text: str, where: str) -> BadInput:
+    """tomllib's message as one line, its line number moved next to the file's name."""
+    message = str(exc)
+    found = re.fullmatch(r"(.*) \(at line (\d+), column (\d+)\)", message, re.DOTALL)
+    if found:
+        return BadInput(f"{where}:{found.group(2)}", f"not valid TOML: {found.group(1)} (column {found.group(3)})")
+    if message.endswith("(at end of document)"):
+        last = text.rstrip().count("\n") + 1
+        return BadInput(f"{where}:{last}", f"not valid TOML: {message[: -len('(at end of document)')].strip()} "
+                                           "(at the end of the file)")  # fmt: skip
+    return BadInput(where, f"not valid TOML: {message}")
+
+
+# --------------------------------------------------------------------------------------------
+# Lines of keys (tomllib keeps none)
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    number: int
+    table: tuple[str | int, ...]  # the table the line belongs to: () top level, ("hop", 1) ...
+    header: bool  # a [table] or [[array]] header: `table` is the one it opens
+    alone: dict[str, Any] | None  # what the line defines, read on its own; None: not TOML on its own
+    text: str  # the line with its string values blanked, for lines that are not TOML on their own
+
+
+class _KeyLines:
+    """Where a table or key of a TOML document is defined: good enough for error messages.
+
+    Tables are named as their values are reached: `()` is the top level, `("engine_options",)`,
+    `("hop", 1)` the second `[[hop]]`, `("hop", 1, "headers")` a `[hop.headers]` under it. A key is
+    found at the first line, at or after its table's header, that defines it (`key =`, a dotted
+    `key.sub =`, inside an inline table, or a sub-table header); each further key is searched
+    from the line of the one before. Each line is read by tomllib on its own, so keys match as
+    TOML spells them (quotes, escapes); lines that are not TOML alone (inside a multi-line
+    array) are matched by their text. An error then names the nearest line found, or none."""
+
+    _VALUE = re.compile(r"=\s*(\"(?:[^\"\\]|\\.)*\"|'[^']*')")
+
+    def __init__(self, text: str) -> None:
+        self.lines: list[_Line] = []
+        arrays: dict[tuple[str, ...], int] = {}  # how many [[path]] so far
+        table: tuple[str | int, ...] = ()
+        # Lines end at LF only, as TOML's do (str.splitlines would also split at U+0085, U+2028 ...).
+        for number, raw in enumerate(text.split("\n"), start=1):
+            raw = raw.removesuffix("\r")
+            try:
+                alone: dict[str, Any] | None = tomllib.loads(raw)
+            except tomllib.TOMLDecodeError:
+                alone = None
+            header = self._header(alone) if alone is not None and raw.lstrip().startswith("[") else None
+            if header is not None:
+                path, is_array = header
+                table = self._table(path[:-1], arrays) + (path[-1],)
+                if is_array:
+                    arrays[path] = arrays.get(path, 0) + 1
+                    table += (arrays[path] - 1,)
+                self.lines.append(_Line(number, table, True, {}, ""))
+            else:
+                self.lines.append(_Line(number, table, False, alone, self._VALUE.sub('= ""', raw)))
+
+    @staticmethod
+    def _header(alone: dict[str, Any]) -> tuple[tuple[str, ...], bool] | None:
+        """The path of the header a line holds on its own (`[a.b]`: {"a": {"b": {}}}), and
+        whether it is an array's (`[[a]]`: {"a": [{}]})."""
+        path: list[str] = []
+        node: Any = alone
+        while isinstance(node, dict) and len(node) == 1:
+            key, node = next(iter(node.items()))
+            path.append(key)
+        if not path or not (node == {} or node == [{}]):
+            return None
+        return tuple(path), node == [{}]
+
+    @staticmethod
+    def _table(path: tuple[str, ...], arrays: dict[tuple[str, ...], int]) -> tuple[str | int, ...]:
+        """A header's dotted path as a table name: an array's segment is followed by its last index."""
+        table: tuple[str | int, ...] = ()
+        for end in range(1, len(path) + 1):
+            table += (path[end - 1],)
+            if path[:end] in arrays:
+                table += (arrays[path[:end]] - 1,)
+        return table
+
+    def line_of(self, table: tuple[str | int, ...], keys: tuple[str, ...]) -> int | None:
+        """The line of `keys` (successive keys, e.g. ("headers", "x-api-key")) in `table`; the
+        line of the last one found (or of the table's header) when one is not; None for none."""
+        # The top level owns its lines before the first header, and every header names one of its keys.
+        owned = [
+            line for line in self.lines
+            if line.table[: len(table)] == table and (table or line.table == () or line.header)
+        ]  # fmt: skip
+        found = next((line.number for line in owned if line.header and line.table == table), None)
+        current = table
+        for key in keys:
+            hit = next((i for i, line in enumerate(owned) if self._defines(line, current, key)), None)
+            if hit is None:
+                break
+            found = owned[hit].number
+            owned = owned[hit:]
+            current += (key,)
+        return found
+
+    @staticmethod
+    def _defines(line: _Line, table: tuple[str | int, ...], key: str) -> bool:
+        if line.header:
+            # A header of a sub-table of `table` named `key`: [hop.headers] defines the hop's headers.
+            return len(line.table) > len(table) and line.table[: len(table)] == table and line.table[len(table)] == key
+        if line.alone is not None:
+            # The line's keys belong to its own table; `table` may be a table within it (inline).
+            if line.table != table[: len(line.table)]:
+                return False
+            node: Any = line.alone
+            for part in table[len(line.table) :]:
+                if not isinstance(node, dict) or part not in node:
+                    return False
+                node = node[part]
+            return isinstance(node, dict) and key in node
+        forms = [re.escape(json.dumps(key, ensure_ascii=False)), re.escape(f"'{key}'")]
+        if re.fullmatch(r"[A-Za-z0-9_-]+", key):
+            forms.append(re.escape(key) + r"(?![A-Za-z0-9_-])")
+        return re.search(rf"(?:^|[{{,.])\s*(?:{'|'.join(forms)})\s*[=.]", line.text) is not None
+

@@ -1,0 +1,735 @@
+"""What a replay sends, decided before it sends a byte.
+
+The replayer (`proxycheck.io`) carries out a plan made here; this module owns every decision that
+needs no network and no clock:
+
+* **Sessions and turns** (`plan_sessions`). Each session of a recording becomes a
+  `PlannedSession`: its recorded start (offset from the recording's first request) and its turns,
+  in order. A `PlannedTurn` holds the request to send (method, recorded URL, HTTP version, the
+  headers left once hop-by-hop, redacted and proxycheck's own headers are dropped, the exact body
+  bytes), the think time before it, whether it opens a new connection or reuses the session's
+  current one, and what the recording saw (`RecordedOutcome`: outcome, time to headers, TTFT,
+  duration, gaps between content events, the parsed reply) for the differ to compare against.
+  A turn the client retried is planned once per attempt, each after its recorded backoff: the
+  retries a hop saw are part of what it saw, and each attempt is judged on its own.
+* **Pacing** (`think_delay`, `start_delay`, `parse_pace`): recorded think times and session
+  starts, scaled by the pace (`recorded`, `fast` = no waiting, or a factor).
+* **Watchdogs** (`derive_watchdogs`, `Watchdogs`): the timeouts that turn a wedge into an
+  outcome, derived from what the recording shows a healthy exchange takes.
+* **Chained mode** (`ChainedSession`): the next turn's history carries the reply that was
+  actually replayed instead of the recorded one.
+
+Closed-loop concurrency, the run id, the route's own headers (`Route.url_for` and the chain file)
+and all timing of the live replay belong to the replayer. Pure core: standard library and
+`proxycheck.core` only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Literal, Sequence
+
+from proxycheck.core.errors import BadInput
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.protocol.result import Result, ToolCall
+from proxycheck.core.recording.bodies import join_body, prefix_digests
+from proxycheck.core.recording.journal import RecordedExchange
+from proxycheck.core.recording.redact import Headers, Redacted
+from proxycheck.core.recording.sessions import SessionName
+from proxycheck.core.recording.summary import SessionSummary, TurnSummary, analyze_exchange
+
+# --------------------------------------------------------------------------------------------
+# Request headers
+
+# Headers that describe one connection or one hop, not the request (RFC 9110 7.6.1, plus Host
+# and Content-Length, which the replayer's client sets for the route and the body it sends, and
+# Proxy-Authorization, which belongs to the recorded client's proxy, never to a route).
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "host",
+        "content-length",
+        "proxy-authorization",
+    }
+)
+# proxycheck's own headers (`x-proxycheck-replay: RUN_ID`, ...): a replay adds its own, and a
+# recorded one would make the recorder skip the request as a replay of itself.
+PROXYCHECK_PREFIX = "x-proxycheck-"
+
+
+def replay_headers(headers: Headers) -> tuple[tuple[str, str], ...]:
+    """The recorded request headers an exact replay sends, in recorded order.
+
+    Dropped: hop-by-hop headers (`HOP_BY_HOP` and every header a Connection header names),
+    headers whose value was redacted (the route supplies its own credentials), recorded
+    `x-proxycheck-*` headers, and HTTP/2 pseudo-headers (`:authority` ...: some imports list
+    them, and the client derives them from the URL)."""
+    named: set[str] = set()
+    for name, value in headers:
+        if name.lower() == "connection" and isinstance(value, str):
+            named.update(token.strip().lower() for token in value.split(","))
+    out: list[tuple[str, str]] = []
+    for name, value in headers:
+        low = name.lower()
+        if isinstance(value, Redacted) or low in HOP_BY_HOP or low in named:
+            continue
+        if low.startswith(PROXYCHECK_PREFIX) or low.startswith(":"):
+            continue
+        out.append((name, value))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# The plan
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedOutcome:
+    """What the recording saw for one turn, for comparison with its replays.
+
+    Times are seconds from the recorded request: `headers_time` to the response headers, `ttft`
+    to the first content event, `duration` to the end (or the error). `gaps` are the intervals
+    between successive content events (keep-alive comments are not content); they are empty when
+    the recording has no real chunk arrival times (`chunk_timing` False: imported from a format
+    that kept none). `result` is the parsed reply (None when nothing parseable came)."""
+
+    outcome: Outcome
+    detail: str = ""
+    status: int | None = None
+    headers_time: float | None = None
+    ttft: float | None = None
+    duration: float | None = None
+    gaps: tuple[float, ...] = ()
+    chunk_timing: bool = True
+    result: Result | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedTurn:
+    """One request of a session, ready to send.
+
+    `turn` is the turn number of the recording's session listing (`proxycheck sessions`), so
+    findings name the turn a user already knows; skipped non-LLM exchanges leave gaps in it.
+    `url` is the recorded URL: the replayer maps it onto a route with `Route.url_for`, and adds
+    the route's headers to `headers` (the route's win on the same name). `think_time` is the
+    recorded gap between the end of the previous planned turn and this request (None for the
+    first turn, or when the previous one never ended). `new_connection` says to open a fresh
+    connection for this turn instead of reusing the session's current one. `redacted` lists what
+    the recorder removed (`header:authorization`, `body:...`), so the replayer can say which
+    credentials the chain file must supply.
+
+    A turn the client retried is planned once per attempt, each with the same `turn`: `attempt`
+    of `attempts`. A retry's `think_time` is None and its `backoff` is the recorded gap between
+    the end of the attempt before and its request, which the replay waits as it does a think
+    time (the retries a hop saw, and when, are part of what it saw)."""
+
+    session: str
+    turn: int
+    xid: int
+    method: str
+    url: str
+    dialect: str | None
+    streamed: bool
+    http_version: str | None
+    headers: tuple[tuple[str, str], ...]
+    body: bytes = field(repr=False)
+    think_time: float | None
+    new_connection: bool
+    client_id: str | None
+    recorded: RecordedOutcome
+    redacted: tuple[str, ...] = ()
+    attempt: int = 1
+    attempts: int = 1
+    backoff: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedSession:
+    """A session to replay: `start` is its first turn's recorded offset from the recording's
+    first request; its turns are in recorded order. `label` and `key` are the names of
+    `proxycheck sessions` (`SessionSummary`); observations carry `id`."""
+
+    id: str
+    grouped_by: str
+    dialect: str | None
+    start: float
+    turns: tuple[PlannedTurn, ...]
+    label: str = ""
+    key: str | None = None
+
+    @property
+    def name(self) -> SessionName:
+        attempts = tuple((t.xid, t.attempt, t.attempts) for t in self.turns if t.attempts > 1)
+        return SessionName(self.id, self.label or self.id, self.key, self.grouped_by, attempts)
+
+
+def plan_sessions(
+    recording_exchanges: Sequence[RecordedExchange],
+    resolve: Callable[[str], bytes],
+    sessions: Sequence[SessionSummary],
+    *,
+    include_non_llm: bool = False,
+) -> list[PlannedSession]:
+    """The sessions to replay (from `summarize_sessions` on the same exchanges), in recorded start order.
+
+    Exchanges that are not LLM requests (dialect None: model lists, health checks, embeddings)
+    are skipped unless `include_non_llm`; a session left without turns is dropped. BadInput when
+    a joined body does not match its recorded digest (a damaged piece would otherwise be sent
+    silently); ValueError when a session names an exchange that is not in `recording_exchanges`."""
+    by_xid = {x.xid: x for x in recording_exchanges}
+    if not by_xid:
+        return []
+    origin = min(x.t_request for x in recording_exchanges)
+    out: list[PlannedSession] = []
+    for summary in sessions:
+        turns: list[PlannedTurn] = []
+        prev: tuple[PlannedTurn, RecordedExchange] | None = None
+        for ts in summary.turns:
+            ex = by_xid.get(ts.xid)
+            if ex is None:
+                raise ValueError(f"session {summary.id} names exchange {ts.xid}, which is not in the recording")
+            if ts.dialect is None and not include_non_llm:
+                continue
+            planned = _plan_turn(summary.id, ts, ex, resolve, prev)
+            turns.append(planned)
+            prev = (planned, ex)
+        if turns:
+            start = round(by_xid[turns[0].xid].t_request - origin, 6)
+            out.append(PlannedSession(summary.id, summary.grouped_by, summary.dialect, start, tuple(turns),
+                                      summary.label or summary.id, summary.key))  # fmt: skip
+    out.sort(key=lambda s: (s.start, s.turns[0].xid))
+    return out
+
+
+def _plan_turn(
+    session: str,
+    ts: TurnSummary,
+    ex: RecordedExchange,
+    resolve: Callable[[str], bytes],
+    prev: tuple[PlannedTurn, RecordedExchange] | None,
+) -> PlannedTurn:
+    client = ex.conn.client_id if ex.conn else None
+    wait = _think_time(prev[1] if prev else None, ex)
+    retry = ts.attempt > 1
+    return PlannedTurn(
+        session=session,
+        turn=ts.turn,
+        xid=ex.xid,
+        method=ex.method,
+        url=ex.url,
+        dialect=ts.dialect,
+        # What the request asks for decides how the replayer reads the reply; the recorded
+        # response says it too when the request did not (SGLang streams on a field of its own).
+        streamed=ex.body.fields.get("stream") is True or bool(ex.streamed),
+        http_version=ex.http_version or (ex.conn.http_version if ex.conn else None),
+        headers=replay_headers(ex.request_headers),
+        body=_exact_body(ex, resolve),
+        think_time=None if retry else wait,
+        new_connection=_new_connection(prev[0] if prev else None, client),
+        client_id=client,
+        recorded=_recorded(ts, ex),
+        redacted=ex.redacted,
+        attempt=ts.attempt,
+        attempts=ts.attempts,
+        backoff=wait if retry else None,
+    )
+
+
+def _exact_body(ex: RecordedExchange, resolve: Callable[[str], bytes]) -> bytes:
+    data = join_body(ex.body, resolve)
+    if hashlib.sha256(data).hexdigest() != ex.body.sha256:
+        raise BadInput(f"exchange {ex.xid}", "request body does not match its recorded SHA-256 (a damaged piece?)")
+    return data
+
+
+def _think_time(prev: RecordedExchange | None, ex: RecordedExchange) -> float | None:
+    # Measured from the previous *planned* turn, so a skipped exchange in between counts as
+    # think time and the session keeps its recorded timeline.
+    if prev is None:
+        return None
+    end = prev.t_end if prev.t_end is not None else prev.t_error
+    return None if end is None else round(ex.t_request - end, 6)
+
+
+def _new_connection(prev: PlannedTurn | None, client: str | None) -> bool:
+    if prev is None:
+        return True  # a session starts on a connection of its own
+    if prev.client_id is not None and client is not None:
+        return prev.client_id != client
+    # No connection facts: assume the client kept its connection unless the last turn failed,
+    # after which clients (httpx, aiohttp, the SDKs) discard it and dial again.
+    return prev.recorded.outcome.is_failure
+
+
+def _recorded(ts: TurnSummary, ex: RecordedExchange) -> RecordedOutcome:
+    analysis = analyze_exchange(ex, ts.dialect)
+    times = analysis.content_times if analysis is not None and ex.chunk_timing else ()
+    return RecordedOutcome(
+        outcome=ts.outcome,
+        detail=ts.detail,
+        status=ex.status,
+        headers_time=None if ex.t_response is None else round(ex.t_response - ex.t_request, 6),
+        ttft=ts.ttft,
+        duration=ts.duration,
+        gaps=tuple(round(b - a, 6) for a, b in zip(times, times[1:])),
+        chunk_timing=ex.chunk_timing,
+        result=analysis.result if analysis is not None else None,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Pacing
+
+Pace = Literal["recorded", "fast"] | float
+
+
+def parse_pace(text: str) -> Pace:
+    """`recorded`, `fast`, or a factor >= 0 applied to recorded times (0.5 = twice as fast)."""
+    low = text.strip().lower()
+    if low in ("recorded", "fast"):
+        return low  # type: ignore[return-value]
+    try:
+        factor = float(low)
+    except ValueError:
+        raise ValueError(f"pace must be 'recorded', 'fast' or a number >= 0, not {text!r}") from None
+    _check_factor(factor)
+    return factor
+
+
+def pace_factor(pace: Pace) -> float:
+    """The factor recorded times are multiplied by: 1 for recorded, 0 for fast."""
+    if pace == "recorded":
+        return 1.0
+    if pace == "fast":
+        return 0.0
+    if isinstance(pace, bool) or not isinstance(pace, (int, float)):
+        raise ValueError(f"pace must be 'recorded', 'fast' or a number >= 0, not {pace!r}")
+    _check_factor(float(pace))
+    return float(pace)
+
+
+def _check_factor(factor: float) -> None:
+    if not math.isfinite(factor) or factor < 0:
+        raise ValueError(f"pace factor must be a finite number >= 0, not {factor}")
+
+
+def think_delay(turn: PlannedTurn, pace: Pace) -> float:
+    """Seconds to wait after the previous turn ended before sending `turn`: its think time, or a
+    retry's backoff. None recorded (first turn, previous turn never ended) waits nothing; a
+    negative one (turns of one session that overlapped in the recording, e.g. grouped by an
+    explicit key) is sent at once."""
+    wait = turn.backoff if turn.attempt > 1 else turn.think_time
+    if wait is None:
+        return 0.0
+    return max(0.0, wait) * pace_factor(pace)
+
+
+def start_delay(session: PlannedSession, pace: Pace) -> float:
+    """Seconds after the replay starts at which `session` starts (fast: all at once)."""
+    return max(0.0, session.start) * pace_factor(pace)
+
+
+# --------------------------------------------------------------------------------------------
+# Watchdogs
+
+DEFAULT_CONNECT = 10.0
+MIN_HEADERS = 30.0
+MIN_STALL = 10.0
+MIN_TOTAL = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Watchdogs:
+    """The timeouts that turn a wedge into an outcome, in seconds.
+
+    * `connect` (10 s): a connection to a local engine or hop opens in milliseconds; ten seconds
+      leaves room for TLS to a distant gateway and still reports a dead hop quickly.
+    * `headers` (max(30 s, 3 x the largest recorded time to response headers)): before headers
+      the engine is queueing and prefilling, which grows with the prompt; three times the worst
+      the recording saw tolerates a busier engine, and 30 s covers recordings too short to show
+      a long prefill.
+    * `stall` (max(10 s, 5 x the recorded p99 gap between content events)): the wedge detector.
+      Keep-alive comments do not count (a hop that pings while the stream is dead is still
+      stalled). Five times the p99 gap rides out the engine's scheduling hiccups; the 10 s floor
+      keeps a fast engine's 20 ms gaps from making every GC pause a "stall".
+    * `total` (max(300 s, 3 x the longest recorded exchange)): a backstop for streams that make
+      progress forever (a hop replaying a loop); the longest generation times three, and at
+      least five minutes, so a long answer is never cut.
+
+    Only exchanges that completed normally feed the derivation: a recorded wedge must not widen
+    the timeouts meant to catch it.
+    """
+
+    connect: float = DEFAULT_CONNECT
+    headers: float = MIN_HEADERS
+    stall: float = MIN_STALL
+    total: float = MIN_TOTAL
+
+    def with_overrides(
+        self,
+        *,
+        connect: float | None = None,
+        headers: float | None = None,
+        stall: float | None = None,
+        total: float | None = None,
+    ) -> "Watchdogs":
+        """These watchdogs with the given ones replaced (None keeps the derived value)."""
+        given = {"connect": connect, "headers": headers, "stall": stall, "total": total}
+        changes = {k: v for k, v in given.items() if v is not None}
+        for name, value in changes.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name} timeout must be a number of seconds, not {value!r}")
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} timeout must be a positive number of seconds, not {value}")
+        return replace(self, **{k: float(v) for k, v in changes.items()})
+
+
+def derive_watchdogs(sessions: Iterable[PlannedSession]) -> Watchdogs:
+    """The default watchdogs for replaying these sessions (see `Watchdogs`)."""
+    header_times: list[float] = []
+    durations: list[float] = []
+    gaps: list[float] = []
+    for session in sessions:
+        for turn in session.turns:
+            rec = turn.recorded
+            if rec.outcome.is_failure:
+                continue
+            if rec.headers_time is not None:
+                header_times.append(rec.headers_time)
+            if rec.duration is not None:
+                durations.append(rec.duration)
+            gaps.extend(rec.gaps)
+    return Watchdogs(
+        connect=DEFAULT_CONNECT,
+        headers=max(MIN_HEADERS, 3 * max(header_times, default=0.0)),
+        stall=max(MIN_STALL, 5 * p99(gaps)),
+        total=max(MIN_TOTAL, 3 * max(durations, default=0.0)),
+    )
+
+
+def p99(values: Sequence[float]) -> float:
+    """The 99th percentile by nearest rank (0 for no values): a value that occurred, and with
+    fewer than 100 values the largest, so a short recording errs on the tolerant side."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+# --------------------------------------------------------------------------------------------
+# Chained mode
+
+# Dialects whose requests carry a message history that chained mode can rewrite. Prompt-string
+# APIs (openai_completions, SGLang /generate) fold the reply into one prompt string whose
+# template proxycheck cannot know, and the Responses API's `input` items are not handled: those
+# dialects are replayed exact-only (their bodies are sent as recorded, also in chained mode).
+CHAINED_DIALECTS = frozenset({"openai_chat", "anthropic_messages"})
+_TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+
+
+@dataclass(frozen=True, slots=True)
+class _History:
+    """A chainable turn's parsed body and the digests of its history's prefixes."""
+
+    body: dict[str, Any]
+    messages: list[Any]
+    prefixes: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """Where the reply to the session's exchange number `turn` (its index in the plan: attempts
+    of one turn are exchanges of their own) sits in later histories: message `position`, after a
+    prefix whose digest is `prefix`."""
+
+    turn: int
+    position: int
+    prefix: bytes
+
+
+class ChainedSession:
+    """Bodies for a chained replay of one session: each later turn carries the replayed replies.
+
+    Exact mode sends the recorded bodies. In chained mode, turn k+1's recorded history is turn
+    k's history + the recorded reply + new messages (tool results, the next user message); the
+    recorded reply, in that turn and every later one, is replaced by a message built from what
+    was replayed for turn k (`record_reply`), in the dialect's shape:
+
+    * OpenAI chat: `content` and `tool_calls` (and `reasoning_content` / `reasoning` when the
+      recorded message had them);
+    * Anthropic: the text block and the tool_use blocks (thinking blocks stay as recorded: their
+      signatures cannot be made for replayed text).
+
+    The recorded message's other fields stay, and so do the RECORDED tool-call ids: the tool
+    results that follow are recorded and refer to them. Replayed calls are paired with recorded
+    ones by position; a replayed call with no recorded partner is dropped and a recorded call
+    with no replayed partner is kept, since the recorded results need a call to answer. A reply
+    with neither text nor a paired call has nothing to put in the slot, and a failed turn
+    (`record_reply(turn, None)`, or a result without its terminal marker or with an in-stream
+    error) has no reply to trust: both keep the recorded reply for later turns.
+
+    A changed body is re-serialized (compact `json.dumps`, ASCII-escaped so any recorded string
+    survives): chained bodies cannot be byte-exact. A body with nothing to change is sent as
+    recorded, byte for byte. Turns of other dialects (`CHAINED_DIALECTS`) and bodies that are
+    not a JSON object with a message list are exact-only.
+
+    Later histories are matched to earlier ones on digests of their messages, not on bytes:
+    harnesses move `cache_control` markers and strip old reasoning between turns, so assistant
+    messages are compared by their tool-call ids only and other messages without
+    `cache_control`. Each occurrence of a reply is rebuilt from that turn's own copy, keeping
+    that turn's edits.
+    """
+
+    def __init__(self, session: PlannedSession) -> None:
+        self.session = session
+        # Exchanges by their index in the plan: a retried turn's attempts are each their own.
+        self._index = {t.xid: i for i, t in enumerate(session.turns)}
+        self._last_attempt = {t.turn: i for i, t in enumerate(session.turns)}
+        self._histories: dict[int, _History] = {}
+        for i, t in enumerate(session.turns):
+            history = _parse_history(t)
+            if history is not None:
+                self._histories[i] = history
+        self._slots = self._find_slots()
+        self._replies: dict[int, Result] = {}
+
+    def chained(self, turn: "int | PlannedTurn") -> bool:
+        """Whether this turn's body can carry replayed replies (False: always sent exact).
+        `turn` is one of the session's planned turns, or a turn number (its last attempt)."""
+        return self._position(turn) in self._histories
+
+    def record_reply(self, turn: "int | PlannedTurn", result: Result | None) -> None:
+        """What was replayed for `turn`; None (or an incomplete result) for a failed turn, whose
+        recorded reply later turns then keep."""
+        i = self._position(turn)
+        if result is not None and result.terminal and not result.errors:
+            self._replies[i] = result
+        else:
+            self._replies.pop(i, None)
+
+    def body_for(self, turn: "int | PlannedTurn") -> bytes:
+        """The body to send for `turn`, given the replies recorded so far."""
+        i = self._position(turn)
+        planned = self.session.turns[i]
+        history = self._histories.get(i)
+        if history is None:
+            return planned.body
+        messages = history.messages
+        changed: list[Any] | None = None
+        for slot in self._slots:
+            result = self._replies.get(slot.turn)
+            if slot.turn >= i or result is None or not _holds(history, slot):
+                continue
+            rebuilt = _rebuild(planned.dialect, messages[slot.position], result)
+            if rebuilt is not None and rebuilt != messages[slot.position]:
+                changed = changed if changed is not None else list(messages)
+                changed[slot.position] = rebuilt
+        if changed is None:
+            return planned.body
+        body = dict(history.body)
+        body["messages"] = changed
+        return json.dumps(body, separators=(",", ":")).encode("ascii")
+
+    def _position(self, turn: "int | PlannedTurn") -> int:
+        """The plan index of a planned turn of this session, or of a turn number's last attempt."""
+        if isinstance(turn, PlannedTurn):
+            i = self._index.get(turn.xid)
+            if i is None:
+                raise ValueError(f"session {self.session.id} has no such planned turn (turn {turn.turn})")
+            return i
+        i = self._last_attempt.get(turn)
+        if i is None:
+            raise ValueError(f"session {self.session.id} has no turn {turn}")
+        return i
+
+    def _find_slots(self) -> list[_Slot]:
+        """For each turn, where its reply appears: right after its history, in the first later
+        turn whose history extends it with an assistant message. A later turn with the same
+        history (a retry) takes the slot over, as its reply is the one the harness went on with."""
+        order = sorted(self._histories)
+        slots = []
+        for i, k in enumerate(order):
+            mine = self._histories[k]
+            n = len(mine.messages)
+            for later in order[i + 1 :]:
+                other = self._histories[later]
+                if len(other.messages) < n or other.prefixes[n] != mine.prefixes[n]:
+                    continue
+                if len(other.messages) == n:
+                    break  # a retry of this turn
+                if _role(other.messages[n]) == "assistant":
+                    slots.append(_Slot(k, n, mine.prefixes[n]))
+                break
+        return slots
+
+
+def _holds(history: _History, slot: _Slot) -> bool:
+    pos = slot.position
+    return (
+        pos < len(history.messages)
+        and history.prefixes[pos] == slot.prefix
+        and _role(history.messages[pos]) == "assistant"
+    )
+
+
+def _parse_history(turn: PlannedTurn) -> _History | None:
+    if turn.dialect not in CHAINED_DIALECTS:
+        return None
+    try:
+        body = json.loads(turn.body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return None
+    messages = body["messages"]
+    return _History(body, messages, prefix_digests([_fingerprint(m) for m in messages]))
+
+
+def _fingerprint(message: Any) -> str:
+    """A digest of what identifies a message across turns (see `ChainedSession`)."""
+    if _role(message) == "assistant":
+        key: Any = ["assistant", _call_ids(message)]
+    else:
+        key = _without_cache_control(message)
+    text = json.dumps(key, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode("ascii"), digest_size=16).hexdigest()
+
+
+def _role(message: Any) -> Any:
+    return message.get("role") if isinstance(message, dict) else None
+
+
+def _call_ids(message: dict[str, Any]) -> list[Any]:
+    calls = message.get("tool_calls")
+    ids = [c.get("id") for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+    content = message.get("content")
+    if isinstance(content, list):
+        ids += [b.get("id") for b in content if isinstance(b, dict) and b.get("type") in _TOOL_BLOCKS]
+    return ids
+
+
+def _without_cache_control(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_cache_control(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_without_cache_control(v) for v in value]
+    return value
+
+
+def _rebuild(dialect: str | None, recorded: dict[str, Any], result: Result) -> dict[str, Any] | None:
+    if dialect == "openai_chat":
+        return _openai_reply(recorded, result)
+    return _anthropic_reply(recorded, result)
+
+
+def _like(recorded: Any, text: str) -> Any:
+    """Replayed text in the recorded field's style: an empty reply stays None where it was."""
+    if text:
+        return text
+    return None if recorded is None else ""
+
+
+def _openai_reply(recorded: dict[str, Any], result: Result) -> dict[str, Any] | None:
+    text = result.text
+    calls = recorded.get("tool_calls")
+    recorded_calls = calls if isinstance(calls, list) else []
+    replayed = result.tool_calls
+    paired = min(len(recorded_calls), len(replayed))
+    if not text and not paired:
+        return None
+    out = dict(recorded)
+    if "content" in recorded or text:
+        out["content"] = _openai_content(recorded.get("content"), text)
+    if recorded_calls:
+        out["tool_calls"] = [
+            _openai_call(rc, replayed[i]) if i < paired else rc for i, rc in enumerate(recorded_calls)
+        ]
+    for key in ("reasoning_content", "reasoning"):
+        # Only where the harness sent reasoning back: adding it would change its request shape.
+        if key in recorded and (recorded[key] is None or isinstance(recorded[key], str)):
+            out[key] = _like(recorded[key], result.reasoning)
+    return out
+
+
+def _openai_content(recorded: Any, text: str) -> Any:
+    if not isinstance(recorded, list):
+        return _like(recorded, text)
+    # Content parts: the replayed text goes in the first text part (keeping its other fields);
+    # other parts (a refusal) stay.
+    parts: list[Any] = []
+    placed = False
+    for part in recorded:
+        if isinstance(part, dict) and part.get("type") == "text":
+            if text and not placed:
+                parts.append({**part, "text": text})
+                placed = True
+            continue
+        parts.append(part)
+    if text and not placed:
+        parts.insert(0, {"type": "text", "text": text})
+    return parts or None
+
+
+def _openai_call(recorded: Any, call: ToolCall) -> Any:
+    if not isinstance(recorded, dict):
+        return recorded
+    function = recorded.get("function")
+    fn = dict(function) if isinstance(function, dict) else {}
+    fn["name"] = call.name or fn.get("name", "")
+    fn["arguments"] = call.arguments
+    return {**recorded, "function": fn}
+
+
+def _anthropic_reply(recorded: dict[str, Any], result: Result) -> dict[str, Any] | None:
+    text = result.text
+    content = recorded.get("content")
+    if not isinstance(content, list):
+        # A plain-text reply has no tool_use ids for replayed calls to keep.
+        return {**recorded, "content": text} if text else None
+    replayed = result.tool_calls
+    has_text = any(isinstance(b, dict) and b.get("type") == "text" for b in content)
+    blocks: list[Any] = []
+    placed = False
+    calls = 0
+    paired = 0
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            # All replayed text goes in the first text block; Anthropic rejects empty ones.
+            if text and not placed:
+                blocks.append({**block, "text": text})
+                placed = True
+            continue
+        if kind in _TOOL_BLOCKS:
+            if text and not placed and not has_text:
+                blocks.append({"type": "text", "text": text})
+                placed = True
+            if calls < len(replayed):
+                call = replayed[calls]
+                blocks.append({**block, "name": call.name or block.get("name", ""), "input": _input_object(call)})
+                paired += 1
+            else:
+                blocks.append(block)
+            calls += 1
+            continue
+        blocks.append(block)
+    if text and not placed:
+        blocks.append({"type": "text", "text": text})
+    if (not text and not paired) or not blocks:
+        return None
+    return {**recorded, "content": blocks}
+
+
+def _input_object(call: ToolCall) -> Any:
+    # tool_use input must be an object; arguments that were not one are sent as {} (as the
+    # synthetic agent does, `proxycheck.core.testbed.conversation`).
+    return call.parsed if call.arguments_valid and isinstance(call.parsed, dict) else {}

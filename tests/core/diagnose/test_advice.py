@@ -1,0 +1,362 @@
+"""The advice of `check` (proxycheck.core.diagnose.advice): judged exchanges in, words out.
+
+Each test builds the exchanges a real hop produces (an nginx 413, LiteLLM's 500 after its
+timeout, a cut after a second of silence ...) by hand, and asserts what the advice says and, as
+much, what it must not claim: a figure the exchanges do not show, a timeout where the hop
+answered at once, an error of the hop's that the engine answered, buffering for a stream held
+open after its end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from proxycheck.core.diagnose.advice import ENGINE_ADVICE, advice, advise, group, kind_of
+from proxycheck.core.diagnose.localize import Decided, Localizer
+from proxycheck.core.diagnose.verdict import PROXY, Judged
+from proxycheck.core.exchange.observation import Observation, ResultSummary
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.protocol.result import Event
+
+
+def ok(route: str = "direct", *, turn: int = 1, session: str = "s1", rep: int = 1, request_bytes: int = 1000,
+       ttft: float = 0.05, gap: float = 0.02, tokens: int = 10) -> Observation:  # fmt: skip
+    """A clean stream: `tokens` content events `gap` apart after `ttft`, then the terminal event."""
+    events = tuple(Event(round(ttft + gap * i, 4), 40, "content") for i in range(tokens))
+    events += (Event(round(ttft + gap * tokens, 4), 14, "terminal"),)
+    return Observation(
+        route=route, repetition=rep, session=session, turn=turn, xid=turn, t_start=rep * 100.0 + turn,
+        headers=0.01, first_event=ttft, first_content=ttft, end=events[-1].t, events=events, status=200,
+        request_bytes=request_bytes, result=ResultSummary("x", 80, completion_tokens=tokens, terminal=True),
+        outcome=Outcome.OK,
+    )  # fmt: skip
+
+
+def failed(outcome: Outcome, route: str = "via:edge", *, turn: int = 1, session: str = "s1", rep: int = 1,
+           status: int | None = 200, headers: float | None = 0.01, events: tuple[Event, ...] = (),
+           end: float | None = 10.0, detail: str = "", request_bytes: int = 1000,
+           response_headers: tuple[tuple[str, str], ...] = (), reused: bool | None = None,
+           idle: float | None = None) -> Observation:  # fmt: skip
+    return Observation(
+        route=route, repetition=rep, session=session, turn=turn, xid=turn, t_start=rep * 100.0 + turn,
+        headers=headers, end=end, events=events, status=status, request_bytes=request_bytes,
+        response_headers=response_headers, reused=reused, idle=idle, outcome=outcome, detail=detail,
+        first_content=next((e.t for e in events if e.kind == "content"), None),
+    )  # fmt: skip
+
+
+def judged(obs: Observation, reference: Observation | None = None, outcome: Outcome | None = None,
+           detail: str | None = None) -> Judged:  # fmt: skip
+    return Judged(obs, outcome or obs.outcome, obs.detail if detail is None else detail, reference)
+
+
+def content(n: int, start: float = 0.05, gap: float = 0.02) -> tuple[Event, ...]:
+    return tuple(Event(round(start + gap * i, 4), 40, "content") for i in range(n))
+
+
+def one(hop: str, items: list[Judged], context: dict[str, list[Judged]] | None = None):  # type: ignore[no-untyped-def]
+    (a,) = group([(hop, j) for j in items], context).values()
+    return a
+
+
+# -- 413: what passed and what was refused, per route ------------------------------------------
+
+NGINX_413 = ("HTTP 413: <html> <head><title>413 Request Entity Too Large</title></head> <body> <center><h1>413 "
+             "Request Entity Too Large</h1></center> <hr><center>nginx/1.22.1</center> </body> </html>")  # fmt: skip
+# Two sessions of three turns; the third turn of each is over the hop's limit. The first refused
+# in time (s2's, 60,590 B) is not the largest request of the run (s1's, 67,078 B).
+BODIES = {("s1", 1): 30_000, ("s1", 2): 60_112, ("s1", 3): 67_078,
+          ("s2", 1): 25_000, ("s2", 2): 50_000, ("s2", 3): 60_590}  # fmt: skip
+
+
+def body_limit_run(route: str = "via:edge", reps: int = 2) -> list[Judged]:
+    out = []
+    for rep in range(1, reps + 1):
+        for (session, turn), size in BODIES.items():
+            ref = ok(turn=turn, session=session, rep=rep, request_bytes=size)
+            if turn == 3:
+                obs = failed(Outcome.HTTP_ERROR, route, turn=turn, session=session, rep=rep, status=413, end=0.002,
+                             headers=0.002, detail=NGINX_413, request_bytes=size)  # fmt: skip
+            else:
+                obs = replace(ok(route, turn=turn, session=session, rep=rep, request_bytes=size))
+            out.append(judged(obs, ref))
+    return out
+
+
+def test_413_advice_gives_the_largest_body_that_passed_and_the_smallest_refused() -> None:
+    run = body_limit_run()
+    refused = [j for j in run if j.failed]
+    a = one("edge", refused, {"via:edge": run})
+    assert a.kind == "body_limit" and a.exchanges == 4 and a.routes == ("via:edge",)
+    assert "requests up to 60,112 B passed via:edge, the smallest refused was 60,590 B: the limit lies between" in a.seen
+    assert "'413 Request Entity Too Large'" in a.seen  # the page's title, not its HTML
+    assert "client_max_body_size" in a.likely and "body size" in a.likely
+    # The fix names the largest request of the run, not the failing exchange's own size.
+    assert a.fix == "raise it above the largest request body the sessions send (67,078 B in this run)"
+    assert a.text == f"{a.seen}; likely: {a.likely}; fix: {a.fix}"
+
+
+def test_413_advice_per_route_through_the_same_hop() -> None:
+    # via:corp passes edge too: the figures are said for each route, the advice given once.
+    edge, corp = body_limit_run("via:edge"), body_limit_run("via:corp", reps=1)
+    a = one("edge", [j for j in edge + corp if j.failed], {"via:edge": edge, "via:corp": corp})
+    assert a.exchanges == 6 and a.routes == ("via:edge", "via:corp")
+    assert "passed via:edge, the smallest refused was 60,590 B" in a.seen
+    assert "passed via:corp, the smallest refused was 60,590 B" in a.seen
+
+
+def test_413_advice_does_not_claim_a_limit_between_when_a_larger_body_passed() -> None:
+    # A request larger than one refused went through: the sizes do not bound a body limit.
+    run = body_limit_run()
+    big = judged(ok("via:edge", turn=4, request_bytes=80_000), ok(turn=4, request_bytes=80_000))
+    a = one("edge", [j for j in run if j.failed], {"via:edge": run + [big]})
+    assert "lies between" not in a.text
+    assert "a request of 80,000 B passed and one of 60,590 B was refused: not a limit on the body size alone" in a.seen
+
+
+def test_413_advice_of_one_exchange_claims_nothing_about_others() -> None:
+    # advice() of a lone exchange knows no other exchange of the route: not "no request passed".
+    obs = failed(Outcome.HTTP_ERROR, status=413, detail=NGINX_413, request_bytes=60_590)
+    text = advice(Outcome.HTTP_ERROR, obs, "edge")
+    assert "no request passed" not in text and "lies between" not in text
+    assert "a request of 60,590 B was refused on via:edge" in text and "at least 60,590 B" in text
+    # With the route's exchanges and none of them through: said as such.
+    a = one("edge", [judged(obs)], {"via:edge": [judged(obs)]})
+    assert "no request passed via:edge; the smallest refused was 60,590 B" in a.seen
+
+
+# -- once per hop and kind, with its count ------------------------------------------------------
+
+
+def localized(direct: list[Observation], via: list[Observation]) -> Decided:
+    loc = Localizer(["direct", "via:edge"], {"via:edge": ("edge",)})
+    loc.add(direct + via)
+    step = loc.next(final=True)
+    assert isinstance(step, Decided)
+    return step
+
+
+def test_advice_is_given_once_per_hop_and_kind_with_the_exchanges_it_covers() -> None:
+    direct, via = [], []
+    for rep in (1, 2):
+        for (session, turn), size in BODIES.items():
+            direct.append(ok(turn=turn, session=session, rep=rep, request_bytes=size))
+            if turn == 3:
+                via.append(failed(Outcome.HTTP_ERROR, turn=turn, session=session, rep=rep, status=413,
+                                  detail=NGINX_413, request_bytes=size, headers=0.002, end=0.002))  # fmt: skip
+            elif turn == 2:  # and a 504 after the hop's 1 s timeout: another kind, its own advice
+                via.append(failed(Outcome.HTTP_ERROR, turn=turn, session=session, rep=rep, status=504, headers=1.01,
+                                  end=1.01, detail="HTTP 504: <html><head><title>504 Gateway Time-out</title>",
+                                  request_bytes=size))  # fmt: skip
+            else:
+                via.append(ok("via:edge", turn=turn, session=session, rep=rep, request_bytes=size))
+    verdict = localized(direct, via).verdict
+    assert verdict.verdict == PROXY and verdict.culprit == "edge"
+    assert len(verdict.findings) == 8  # every failing exchange is still listed
+    kinds = [(a.hop, a.kind, a.exchanges) for a in verdict.advice]
+    assert sorted(kinds) == [("edge", "body_limit", 4), ("edge", "http_504", 4)]
+    by_kind = {a.kind: a for a in verdict.advice}
+    for f in verdict.findings:
+        kind = "body_limit" if f.turn == 3 else "http_504"
+        assert f.advice == by_kind[kind].text  # each finding holds its advice's words
+    # No 504 passed the body limit's bookkeeping as "passed": only 2xx answers count.
+    assert "requests up to 30,000 B passed via:edge, the smallest refused was 60,590 B" in by_kind["body_limit"].seen
+    doc = verdict.to_json()
+    assert [a["exchanges"] for a in doc["advice"]] == [a.exchanges for a in verdict.advice]
+    assert {a["kind"] for a in doc["advice"]} == {"body_limit", "http_504"}
+
+
+def test_the_engines_failures_get_the_engine_advice_once() -> None:
+    direct = [failed(Outcome.RESET, "direct", turn=t, rep=r, events=content(3)) for r in (1, 2) for t in (1, 2)]
+    verdict = localized(direct, []).verdict
+    (a,) = verdict.advice
+    assert a.hop is None and a.text == ENGINE_ADVICE and a.exchanges == 4
+    assert all(f.advice == ENGINE_ADVICE for f in verdict.findings)
+
+
+# -- stalls: likely causes apart from the fixes -------------------------------------------------
+
+
+def test_a_mid_stream_stall_names_the_silence_and_keeps_likely_apart_from_fix() -> None:
+    # 12 tokens, then keep-alive comments only until the watchdog cut it at 10.65 s: the
+    # comments are no data, the silence counts from the last content event (0.27 s).
+    events = content(12) + tuple(Event(2.6 + 2.0 * i, 14, "comment") for i in range(5))
+    obs = failed(Outcome.STALL_MID_STREAM, events=events, end=10.65, detail="no content for 10.0 s after event 17")
+    a = one("edge", [judged(obs, ok(gap=0.05))])
+    assert a.kind == "stall_mid_stream"
+    assert a.seen.startswith("content flowed through hop edge (12 content events), then none for 10.4 s")
+    assert "keep-alive comments still came" in a.seen
+    assert a.likely.startswith("response buffering in the hop, or a read timeout shorter than the gaps between tokens")
+    assert "10.4 s of silence here; the longest gap on the direct route: 0.05 s" in a.likely
+    assert a.fix.startswith("proxy_buffering off / X-Accel-Buffering: no") and "proxy_read_timeout" in a.fix
+    assert "above the longest gap" in a.fix and "proxy_buffering" not in a.likely
+
+
+def test_a_stall_before_the_first_event_is_told_from_one_mid_stream() -> None:
+    obs = failed(Outcome.STALL_BEFORE_FIRST_EVENT, events=(Event(0.02, 30, "meta"),), end=10.02)
+    a = one("edge", [judged(obs, ok(ttft=1.6))])
+    assert a.kind == "stall_before_first_event"
+    assert "passed the response headers, then no content event for 10.0 s (1 event before it, none with content)" in a.seen
+    assert "shorter than the engine's prefill" in a.likely and "the first token came after up to 1.6 s" in a.likely
+    assert "gaps between tokens" not in a.text and "above the longest prefill" in a.fix
+
+
+def test_held_open_advice_has_the_same_shape_and_never_says_buffering() -> None:
+    end = content(10) + (Event(0.3, 14, "terminal"),)
+    after_end = failed(Outcome.HELD_OPEN, events=end, end=10.3,
+                       detail="held open after its end: [DONE] came at 0.30 s, the body had not ended 10.0 s later")
+    finish = failed(Outcome.HELD_OPEN, events=content(10), end=10.3,
+                    detail="held open after its finish reason (stop at 0.25 s) without its terminator [DONE]")
+    a, b = one("gw", [judged(after_end)]), one("gw", [judged(finish)])
+    assert (a.kind, b.kind) == ("held_open_after_end", "held_open_after_finish")
+    assert "held the body open for 10.0 s more" in a.seen and "kept-alive connection" in a.likely
+    assert "never the stream's terminator ([DONE])" in b.seen and "OpenAI" in b.likely
+    for x in (a, b):
+        assert x.likely and x.fix and "buffer" not in x.text.lower()
+    # Without the events, the terminal event is not claimed.
+    bare = one("gw", [judged(replace(after_end, events=()))])
+    assert "terminal event" not in bare.seen and "held the stream open after its answer had come" in bare.seen
+
+
+# -- an error the hop answered itself -----------------------------------------------------------
+
+LITELLM_500 = ('HTTP 500: {"error":{"message":"litellm.APIConnectionError: Timeout on reading data from socket",'
+               '"type":null,"param":null,"code":"500"}}')  # fmt: skip
+
+
+def test_a_hops_error_quotes_its_body_and_the_time_it_took() -> None:
+    obs = failed(Outcome.HTTP_ERROR, route="via:gw", status=500, headers=1.52, end=1.53, detail=LITELLM_500)
+    a = one("gw", [judged(obs, ok(ttft=3.2))])
+    assert a.kind == "http_500"
+    assert a.seen == ("hop gw answered HTTP 500 'litellm.APIConnectionError: Timeout on reading data from socket' "
+                      "1.5 s after the request, where the direct route answers 2xx")  # fmt: skip
+    assert a.likely.startswith("a timeout of about 1.5 s in the hop (less, if it retried upstream first")
+    assert "the first token came after up to 3.2 s on the direct route" in a.likely
+    assert "LiteLLM timeout / stream_timeout" in a.fix and "proxy_read_timeout" in a.fix and "prefill" in a.fix
+
+
+def test_a_wait_far_longer_than_the_engine_takes_is_not_called_the_timeout() -> None:
+    # LiteLLM with `timeout` 1 s in front of a 1.5 s prefill: three tries and their back-off, so
+    # its 408 comes 7.6 s after the request. 7.6 s is not the timeout setting.
+    body = ('HTTP 408: {"error":{"message":"litellm.Timeout: APITimeoutError - Request timed out.\\n\\nDeployment '
+            'Info: model=proxycheck-agent","type":null,"param":null,"code":"408"}}')  # fmt: skip
+    obs = failed(Outcome.HTTP_ERROR, route="via:litellm", status=408, headers=7.61, end=7.62, detail=body)
+    a = one("litellm", [judged(obs, ok(ttft=1.5))])
+    assert "'litellm.Timeout: APITimeoutError - Request timed out. Deployment Info: model=proxycheck-agent'" in a.seen
+    assert "timeout of about 7.6 s in the hop" not in a.likely
+    assert "tried more than once" in a.likely and "LiteLLM retries twice by default" in a.likely
+    assert "the first token came after up to 1.5 s on the direct route" in a.likely
+    assert "LiteLLM timeout / stream_timeout" in a.fix
+
+
+def test_nginx_504_names_its_timeout_from_the_time_it_took() -> None:
+    page = ("HTTP 504: <html> <head><title>504 Gateway Time-out</title></head> <body> <center><h1>504 Gateway "
+            "Time-out</h1></center> <hr><center>nginx/1.22.1</center>")  # fmt: skip
+    items = [judged(failed(Outcome.HTTP_ERROR, turn=t, status=504, headers=h, end=h, detail=page), ok(ttft=1.5))
+             for t, h in ((2, 1.003), (3, 1.07))]  # fmt: skip
+    a = one("nginx", items)
+    assert "hop nginx answered HTTP 504 '504 Gateway Time-out' 1.0-1.1 s after the request" in a.seen
+    assert "a timeout of about 1.0-1.1 s in the hop" in a.likely
+    assert "HAProxy timeout server" in a.fix and "<html>" not in a.text
+
+
+def test_a_502_answered_at_once_is_not_called_a_timeout() -> None:
+    obs = failed(Outcome.HTTP_ERROR, status=502, headers=0.004, end=0.004, detail="HTTP 502: Bad Gateway")
+    a = one("edge", [judged(obs, ok())])
+    assert "0.00 s after the request" in a.seen
+    assert "not a timeout" in a.likely and "timeout of about" not in a.text
+
+
+def test_an_error_the_engine_answered_through_the_hop_is_not_blamed_on_the_hop_as_its_own() -> None:
+    # The reference engine's digest header came back with the 400: the engine answered it.
+    engine_400 = 'HTTP 400: {"object": "error", "message": "the request body is not JSON", "code": 400}'
+    obs = failed(Outcome.HTTP_ERROR, status=400, headers=0.01, end=0.01, detail=engine_400,
+                 response_headers=(("x-proxycheck-request-sha256", "ab" * 32),))  # fmt: skip
+    a = one("gw", [judged(obs, ok())])
+    assert a.kind == "engine_http_400"
+    assert a.seen.startswith("the engine itself answered HTTP 400 'the request body is not JSON' to what hop gw forwarded")
+    assert "changes the request" in a.likely and "hop gw answered" not in a.text
+
+
+def test_litellms_error_inside_a_stream_gets_advice() -> None:
+    # One token, then after LiteLLM's stream_timeout (1 s) an error event and the end of the stream.
+    events = content(1) + (Event(1.06, 120, "error"),)
+    obs = failed(Outcome.STREAM_ERROR, route="via:litellm", events=events, end=1.07,
+                 detail="408: litellm.Timeout: APITimeoutError - Request timed out.")  # fmt: skip
+    a = one("litellm", [judged(obs, ok(gap=1.5, tokens=2))])
+    assert a.kind == "stream_error_timeout" and a.likely and a.fix
+    assert "hop litellm sent an error inside the stream '408: litellm.Timeout: APITimeoutError" in a.seen
+    assert "after 1 content event, 1.0 s after the last data, 1.1 s after the request" in a.seen
+    assert "a timeout of about 1.0 s in the hop" in a.likely and "stream_timeout" in a.likely
+    assert "shorter than the engine's gaps between tokens (up to 1.5 s on the direct route)" in a.likely
+
+
+def test_an_error_inside_a_stream_without_a_timeout_is_not_called_one() -> None:
+    events = content(3) + (Event(0.2, 80, "error"),)
+    obs = failed(Outcome.STREAM_ERROR, events=events, end=0.2, detail="server_error: upstream said no")
+    a = one("gw", [judged(obs, ok())])
+    assert a.kind == "stream_error" and "timeout" not in a.likely and a.fix
+
+
+# -- cuts ---------------------------------------------------------------------------------------
+
+
+def test_a_cut_after_a_second_of_silence_is_a_read_timeout_against_the_prefill() -> None:
+    obs = failed(Outcome.RESET, events=(Event(0.02, 30, "meta"),), end=1.03, detail="connection closed mid-stream")
+    a = one("haproxy", [judged(obs, ok(ttft=1.6))])
+    assert a.kind == "reset_before_first_event"
+    assert "before the first token, 1.0 s after them" in a.seen
+    assert "a read timeout of about 1.0 s in the hop" in a.likely and "HAProxy timeout server" in a.likely
+    assert "shorter than the engine's prefill" in a.likely and a.fix == "raise it above the longest prefill"
+    assert "idle" not in a.text and "keep-alive" not in a.text
+
+
+def test_a_cut_between_tokens_says_so() -> None:
+    obs = failed(Outcome.RESET, events=content(1), end=1.06)
+    a = one("nginx", [judged(obs, ok(gap=1.5, tokens=2))])
+    assert a.kind == "reset_mid_stream" and "proxy_read_timeout" in a.likely
+    assert "gaps between tokens (the longest gap on the direct route: 1.5 s)" in a.likely
+
+
+def test_a_cut_right_after_data_is_not_called_a_read_timeout() -> None:
+    obs = failed(Outcome.RESET, events=content(20), end=0.45)
+    a = one("edge", [judged(obs, ok())])
+    assert "not a read timeout" in a.likely and "read timeout of about" not in a.likely
+
+
+def test_a_stale_kept_alive_connection_is_told_from_a_cut_after_headers() -> None:
+    stale = failed(Outcome.STALL_BEFORE_HEADERS, headers=None, status=None, end=2.0, reused=True, idle=1.2)
+    a = one("B", [judged(stale, ok())])
+    assert a.kind == "idle_connection" and "idle for 1.2 s" in a.seen and "keep-alive" in a.likely
+    # The same connection idle as long, but the response had begun on it: it was alive.
+    alive = failed(Outcome.RESET, events=(Event(0.02, 30, "meta"),), end=1.03, reused=True, idle=1.2)
+    assert kind_of(Outcome.RESET, alive) == "reset_before_first_event"
+
+
+# -- what the model sees, and the rest ----------------------------------------------------------
+
+
+def test_request_mutated_quotes_what_the_model_sees_differently() -> None:
+    detail = "messages 14 -> 6: the first 8 dropped"
+    obs = failed(Outcome.REQUEST_MUTATED, end=0.3, detail=detail, events=content(10))
+    a = one("gw", [judged(obs, ok())])
+    assert a.seen == f"what the model sees differs through hop gw: {detail}"
+    assert "other bytes" not in a.text and "trimming the context" in a.likely
+
+
+@pytest.mark.parametrize("outcome", [o for o in Outcome if o is not Outcome.OK])
+def test_no_finding_is_left_without_advice(outcome: Outcome) -> None:
+    # Whatever the outcome, and with nothing else known about it, the advice says what is known.
+    obs = failed(outcome, events=content(2), end=3.0)
+    a = advise("gw", [judged(obs)])
+    assert a.seen and a.fix and "hop gw" in a.text
+    assert advice(outcome, obs).strip()
+
+
+def test_an_outcome_without_specific_words_says_what_is_known_and_where_to_look() -> None:
+    obs = failed(Outcome.IN_FLIGHT, turn=4, events=content(7), end=2.5)
+    a = advise("gw", [judged(obs)])
+    assert a.seen == "hop gw: in_flight at turn 4, 2.5 s after the request, after 7 content events"
+    assert "look at the hop's log" in a.fix
