@@ -23,10 +23,10 @@ import pytest
 from ctrl_c import interrupt_when
 
 from proxycheck import cli
-from proxycheck.commands.replay import load_sessions
 from proxycheck.core.testbed.ssefilter import turn_number
 from proxycheck.io.agent import AgentOptions, run_agent
 from proxycheck.io.procs import Managed, start_engine, start_mitmdump
+from proxycheck.io.recordings import open_recording
 from proxycheck.io.storage import load
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     engine = start_engine("--token-interval", "0.004", "--ttft-per-kb", "0", "--tool-call-rate", "1")
     try:
         out = record(engine, tmp_path_factory.mktemp("rec") / "recording", sessions=3, turns=4, think=0.2)
-        sessions = load_sessions(str(out))
+        sessions = open_recording(str(out)).planned
         assert len(sessions) == 3 and all(len(s.turns) == 4 for s in sessions)
         sizes = {k: [len(s.turns[k - 1].body) for s in sessions] for k in range(1, 5)}
         yield Setup(engine, out, sizes)
@@ -114,7 +114,7 @@ def test_a_body_size_limit_is_minimized_to_one_turn_and_its_size(
     assert doc["trials"]["deterministic"] is True and doc["trials"]["tries_per_candidate"] == 1
     assert 0 < doc["replays"] <= 60
     # An ordinary recording: one session, one exchange, the shrunk body.
-    minimized = load_sessions(str(out))
+    minimized = open_recording(str(out)).planned
     assert len(minimized) == 1 and len(minimized[0].turns) == 1
     assert len(minimized[0].turns[0].body) == trigger["request_bytes"]
     assert len(load(out).exchanges) == 1
@@ -148,7 +148,7 @@ def test_a_stall_from_turn_3_keeps_one_session_and_turn_3(setup: Setup, tmp_path
     assert trigger["outcome"].startswith("stall"), trigger
     assert all(k["session"] == trigger["session"] for k in doc["kept"])
     assert 3 in [k["turn"] for k in doc["kept"]]
-    minimized = load_sessions(str(out))
+    minimized = open_recording(str(out)).planned
     assert len(minimized) == 1
     # The hop counts turns by the assistant messages in the history: the history was not cut below it.
     assert max(turn_number(t.body) for t in minimized[0].turns) >= 3
@@ -166,7 +166,7 @@ def test_a_budget_or_ctrl_c_keeps_the_smallest_failing_candidate_so_far(
         assert "(budget ran out: not minimal)" in capsys.readouterr().out
         doc = json.loads((tmp_path / "budget" / "minimized.json").read_text())
         assert doc["complete"] is False and doc["interrupted"] is False and doc["replays"] <= 5
-        assert doc["trigger"]["status"] == 413 and len(load_sessions(str(tmp_path / "budget"))) >= 1
+        assert doc["trigger"]["status"] == 413 and len(open_recording(str(tmp_path / "budget")).planned) >= 1
 
         out = tmp_path / "ctrl-c"
         status, err = interrupt_when(["minimize", str(setup.recording), "--chain", str(chain), "--route", "via:F",
@@ -177,7 +177,7 @@ def test_a_budget_or_ctrl_c_keeps_the_smallest_failing_candidate_so_far(
     assert "interrupted: keeping the smallest failing candidate so far" in err
     doc = json.loads((out / "minimized.json").read_text())
     assert doc["complete"] is False and doc["interrupted"] is True
-    assert doc["trigger"]["status"] == 413 and load_sessions(str(out))
+    assert doc["trigger"]["status"] == 413 and open_recording(str(out)).planned
 
 
 IDLE = 0.6  # the hop never answers on a connection idle longer than this
@@ -202,7 +202,7 @@ def test_an_idle_connection_blackhole_is_minimized_to_its_think_time(setup: Setu
     assert abs(think["fails_from"] - IDLE) <= 0.1 * IDLE, think
     assert trigger["think_time"] == pytest.approx(think["fails_from"], abs=0.01)
     # Two turns on one connection: the idle one needs one before it.
-    minimized = load_sessions(str(out))
+    minimized = open_recording(str(out)).planned
     assert len(minimized) == 1 and len(minimized[0].turns) == 2
 
 
@@ -225,7 +225,7 @@ def test_a_concurrency_limit_is_minimized_to_one_session_over_it(setup: Setup, t
     assert trigger["status"] == 429 and trigger["outcome"] == "http_error"
     assert trigger["in_flight"] == CONCURRENT + 1
     assert doc["concurrency"] == {"depends": True, "sessions": CONCURRENT + 1, "in_flight": CONCURRENT + 1}
-    assert len(load_sessions(str(out))) == CONCURRENT + 1
+    assert len(open_recording(str(out)).planned) == CONCURRENT + 1
 
 
 def test_a_clean_hop_does_not_reproduce_and_bad_input_is_exit_2(

@@ -21,6 +21,7 @@ from typing import Any
 from proxycheck.commands.common import (
     EXIT_FAULT,
     EXIT_OK,
+    load_sessions,
     non_negative_int,
     non_negative_seconds,
     positive_int,
@@ -90,7 +91,7 @@ def _shard(text: str) -> tuple[int, int]:
 
 @reports_bad_input
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.commands.replay import chain_doc, check_out, check_tls, load_chain, load_sessions, watchdogs_of
+    from proxycheck.commands.replay import chain_doc, check_out, check_tls, load_chain, watchdogs_of
     from proxycheck.core.bench.perf import steady_state
     from proxycheck.io.bench import BenchOptions, bench, request_cycle, shard_share
     from proxycheck.io.runstore import RunWriter

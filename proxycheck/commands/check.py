@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any, Callable
 
-from proxycheck.commands.common import positive_int, reports_bad_input
+from proxycheck.commands.common import load_sessions, positive_int, reports_bad_input
 from proxycheck.commands.replay import (
     Progress,
     add_replay_flags,
@@ -27,7 +27,6 @@ from proxycheck.commands.replay import (
     check_out,
     check_tls,
     load_chain,
-    load_sessions,
     replay_options,
 )
 from proxycheck.commands.verdicts import add_report_flags, emit

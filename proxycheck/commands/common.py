@@ -7,7 +7,7 @@ import argparse
 import functools
 import math
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 from proxycheck.core.errors import BadInput, ProxycheckError
@@ -79,6 +79,15 @@ def parse_listen(text: str) -> tuple[str, int]:
         raise BadInput(f"--listen {text}", "expected HOST:PORT, e.g. 127.0.0.1:30000")
     host = host.strip("[]") or "127.0.0.1"
     return host, int(port)
+
+
+def load_sessions(directory: str) -> list[Any]:
+    """The recording's sessions as a replay sends them, its warnings shown (bad input: BadInput)."""
+    from proxycheck.io.recordings import open_recording
+
+    loaded = open_recording(directory)
+    print_warnings(loaded.warnings)
+    return loaded.planned
 
 
 def reports_bad_input(body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

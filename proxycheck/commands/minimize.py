@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from proxycheck.commands.common import EXIT_FAULT, EXIT_OK, positive_int, positive_seconds, reports_bad_input
+from proxycheck.commands.common import EXIT_FAULT, EXIT_OK, load_sessions, positive_int, positive_seconds, reports_bad_input
 from proxycheck.commands.replay import add_greedy_flag, add_watchdog_flags
 from proxycheck.core.errors import BadInput
 
@@ -55,7 +55,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from proxycheck.commands.replay import check_tls, load_chain, load_sessions, watchdogs_of
+    from proxycheck.commands.replay import check_tls, load_chain, watchdogs_of
     from proxycheck.core.minimize.ddmin import Budget
     from proxycheck.io.minimizer import NotReproduced, describe, minimize
 

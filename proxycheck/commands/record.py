@@ -193,14 +193,10 @@ class SessionCount:
 
 def summarize_recording(directory: str) -> tuple[Any, list[Any]]:
     """(recording, sessions) as `proxycheck sessions` groups them."""
-    from proxycheck.commands.sessions import recorded_session_headers
-    from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
-    from proxycheck.core.recording.summary import summarize_sessions
-    from proxycheck.io.storage import load
+    from proxycheck.io.recordings import open_recording
 
-    recording = load(directory)
-    headers = recorded_session_headers(recording.meta) + DEFAULT_SESSION_HEADERS
-    return recording, summarize_sessions(recording.exchanges, recording.piece, session_headers=headers)
+    loaded = open_recording(directory)
+    return loaded.recording, loaded.summaries
 
 
 # --------------------------------------------------------------------------------------------

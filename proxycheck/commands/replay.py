@@ -21,6 +21,7 @@ from typing import Any
 from proxycheck.commands.common import (
     EXIT_FAULT,
     EXIT_OK,
+    load_sessions,
     positive_int,
     positive_seconds,
     print_warnings,
@@ -175,26 +176,6 @@ def load_chain(path: str) -> Any:
         line = data.count(b"\n", 0, exc.start) + 1
         raise BadInput(f"{path}:{line}", "the chain file is not UTF-8 text") from None
     return parse_chain(text, os.environ, path)
-
-
-def load_sessions(directory: str) -> list[Any]:
-    from proxycheck.commands.sessions import recorded_session_headers
-    from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
-    from proxycheck.core.recording.summary import summarize_sessions
-    from proxycheck.core.replay.plan import plan_sessions
-    from proxycheck.io.storage import load
-
-    recording = load(directory)
-    print_warnings([str(w) for w in recording.warnings])
-    headers = recorded_session_headers(recording.meta) + DEFAULT_SESSION_HEADERS
-    summaries = summarize_sessions(recording.exchanges, recording.piece, session_headers=headers)
-    try:
-        sessions = plan_sessions(recording.exchanges, recording.piece, summaries)
-    except ValueError as exc:
-        raise BadInput(directory, str(exc)) from None
-    if not sessions:
-        raise BadInput(directory, "holds no LLM requests to replay")
-    return sessions
 
 
 # --------------------------------------------------------------------------------------------

@@ -35,25 +35,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(run=run)
 
 
-def recorded_session_headers(meta: dict) -> tuple[str, ...]:
-    """Session headers the recorder was told about (`proxycheck_session_header`), if any."""
-    source = meta.get("source")
-    names = source.get("session_headers") if isinstance(source, dict) else None
-    return tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
-
-
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.core.recording.summary import summarize_sessions, to_json
-    from proxycheck.io.storage import load
+    from proxycheck.core.recording.summary import to_json
+    from proxycheck.io.recordings import open_recording
 
-    recording = load(args.directory)
-    sessions = summarize_sessions(
-        recording.exchanges,
-        recording.piece,
-        session_headers=args.session_header or recorded_session_headers(recording.meta) + DEFAULT_SESSION_HEADERS,
-        session_fields=args.session_field or DEFAULT_SESSION_FIELDS,
+    loaded = open_recording(
+        args.directory,
+        session_headers=tuple(args.session_header or ()) or None,
+        session_fields=tuple(args.session_field or ()) or None,
     )
-    warnings = [str(w) for w in recording.warnings]
+    sessions = loaded.summaries
+    warnings = loaded.warnings
     print_warnings(warnings)
     if args.json:
         json.dump(to_json(args.directory, sessions, warnings), sys.stdout, indent=2)

@@ -2,7 +2,7 @@
 
 Drives the sans-IO search core (`proxycheck.core.minimize.ddmin`) with real replays: each candidate is an
 ordinary recording written with `write_subset` into a temporary directory, planned like any
-recording (`load_sessions`) and replayed over the culprit route at the recorded pace. A candidate
+recording (`proxycheck.io.recordings`) and replayed over the culprit route at the recorded pace. A candidate
 "fails" when one of its exchanges fails on the route the way the whole recording did (the same
 outcome, e.g. `stall_mid_stream`; any failure with `any_failure`) in one of its tries (`Trials`,
 from how often the whole recording failed) and the direct route stays clean on it. A failure of
@@ -135,14 +135,14 @@ class _Minimizer:
     def __init__(self, recording_dir: str, chain: Any, route_name: str, budget: Budget,
                  progress: Callable[[str], None], *, watchdogs: Any, any_failure: bool,
                  greedy: bool = False) -> None:  # fmt: skip
-        from proxycheck.commands.replay import load_sessions
+        from proxycheck.io.recordings import open_recording
         from proxycheck.io.storage import load
 
         self.recording_dir = recording_dir
         self.route = chain.route(route_name)
         self.direct = chain.route("direct")
         self.recording = load(recording_dir)
-        self.original = load_sessions(recording_dir)
+        self.original = open_recording(recording_dir).planned
         if watchdogs is None:
             from proxycheck.core.replay.plan import derive_watchdogs
 
@@ -188,7 +188,7 @@ class _Minimizer:
         return got
 
     def materialize(self, state: _State) -> tuple[list[Any], dict[int, int]]:
-        from proxycheck.commands.replay import load_sessions
+        from proxycheck.io.recordings import open_recording
         from proxycheck.io.storage import load
         from proxycheck.io.subset import write_subset
 
@@ -198,7 +198,7 @@ class _Minimizer:
         keep = set(state.xids)
         chosen = [x.xid for x in self.recording.exchanges if x.xid in keep]
         xmap = dict(zip(sorted(x.xid for x in load(directory).exchanges), chosen))
-        return load_sessions(str(directory)), xmap
+        return open_recording(str(directory)).planned, xmap
 
     async def test(self, state: _State, what: str, options: Any = None, keep: bool = True) -> bool | None:
         """Whether the candidate fails on the route (and not direct); None when out of budget.

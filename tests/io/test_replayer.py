@@ -32,7 +32,6 @@ import pytest
 
 from proxycheck import cli
 from proxycheck.commands import replay as replay_cmd
-from proxycheck.commands.sessions import recorded_session_headers
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
@@ -41,6 +40,7 @@ from proxycheck.core.replay.chain import parse_chain
 from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, Watchdogs, p99, plan_sessions
 from proxycheck.io.agent import AgentOptions, run_agent
 from proxycheck.io.procs import Managed, start_engine, start_mitmdump
+from proxycheck.io.recordings import recorded_session_headers
 from proxycheck.io.replayer import REPLAY_HEADER, ReplayOptions, replay, request_headers
 from proxycheck.io.runstore import Run, load_run
 from proxycheck.io.storage import load

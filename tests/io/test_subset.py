@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from proxycheck.commands.sessions import recorded_session_headers
 from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
 from proxycheck.core.recording.summary import summarize_sessions
+from proxycheck.io.recordings import recorded_session_headers
 from proxycheck.io.storage import load
 from proxycheck.io.subset import write_subset
 
