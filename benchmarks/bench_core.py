@@ -5,6 +5,8 @@
     wrong on CRLF streams, comments and events split across reads). Goal: ratio >= 0.5.
 (b) Storage: bytes on disk for one 50-turn session whose context grows 4 KB a turn, against its
     unique content (goal <= 1.5) and against storing each request body whole.
+(c) Analysis: loading, summarizing and planning a recording with each response parsed once (the
+    plan takes the summary's analysis) against parsing it again for the plan, as before.
 
 Prints a table and, with --json FILE, writes the figures. Not a test: nothing here asserts.
 """
@@ -18,11 +20,15 @@ import random
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from proxycheck.core.protocol import dialects
 from proxycheck.core.protocol.sse import SSEEvent, SSEParser
-from proxycheck.io.storage import RecordingWriter
+from proxycheck.core.recording.summary import summarize_sessions
+from proxycheck.core.replay.plan import plan_sessions
+from proxycheck.io.recordings import open_recording
+from proxycheck.io.storage import RecordingWriter, load
 
 
 def chat_stream(n_events: int, seed: int = 1) -> tuple[bytes, str]:
@@ -155,6 +161,49 @@ def bench_storage(turns: int, growth: int) -> dict:
     }
 
 
+def bench_analysis(sessions: int, turns: int, repeat: int) -> dict:
+    """Load + summarize + plan a recording of `sessions` x `turns` streamed turns, each way."""
+    rnd = random.Random(5)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "rec"
+        w = RecordingWriter(root)
+        t = 0.0
+        for s in range(sessions):
+            messages = [{"role": "user", "content": f"session {s}"}]
+            for _ in range(turns):
+                body = json.dumps({"model": "m", "messages": messages, "stream": True}).encode()
+                x = w.request("POST", "http://engine/v1/chat/completions", [("content-type", "application/json")],
+                              body, t=t)  # fmt: skip
+                w.response(x, 200, "OK", [("content-type", "text/event-stream")], streamed=True, t=t + 0.1)
+                text = "".join(rnd.choice("abcdefgh ") for _ in range(2000))
+                sse, _ = reply_sse(text)
+                for i in range(0, len(sse), 400):
+                    w.data(x, sse[i : i + 400], t=t + 0.2 + i * 1e-5)
+                w.end(x, t=t + 1.0)
+                messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "go on"}]
+                t += 1.5
+        w.close()
+
+        def twice() -> int:  # before: the plan parsed every response again
+            rec = load(root)
+            summaries = summarize_sessions(rec.exchanges, rec.piece)
+            bare = [replace(s, turns=tuple(replace(t, analysis=None) for t in s.turns)) for s in summaries]
+            return len(plan_sessions(rec.exchanges, rec.piece, bare))
+
+        def once() -> int:
+            return len(open_recording(str(root)).planned)
+
+        best = {"twice": float("inf"), "once": float("inf")}
+        for _ in range(repeat):  # interleaved, so machine noise hits both alike
+            for name, fn in (("twice", twice), ("once", once)):
+                t0 = time.perf_counter()
+                if fn() != sessions:
+                    raise SystemExit("benchmark: the plan lost sessions")
+                best[name] = min(best[name], time.perf_counter() - t0)
+    return {"sessions": sessions, "turns": turns, "seconds_two_parses": round(best["twice"], 4),
+            "seconds_one_parse": round(best["once"], 4), "ratio": round(best["twice"] / best["once"], 3)}  # fmt: skip
+
+
 def reply_sse(text: str) -> tuple[bytes, int]:
     pieces = [text[i : i + 16] for i in range(0, len(text), 16)]
     out = [b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": p}}]}).encode() + b"\n\n" for p in pieces]
@@ -170,6 +219,7 @@ def main() -> int:
     args = ap.parse_args()
     parse = bench_parse(args.events, args.repeat)
     storage = bench_storage(50, 4000)
+    analysis = bench_analysis(10, 20, args.repeat)
     print(f"machine: {platform.machine()}, {platform.python_implementation()} {platform.python_version()}")
     print(f"(a) parse {parse['events']} events ({parse['stream_bytes'] / 1e6:.1f} MB), events/s:")
     print(f"    naive split+json.loads   {parse['naive_events_per_s']:>10,}")
@@ -179,8 +229,12 @@ def main() -> int:
     print(f"    on disk {storage['bytes_on_disk']:,} B; unique content {storage['unique_content']:,} B; "
           f"whole bodies {storage['whole_bodies']:,} B")
     print(f"    ratio to unique {storage['ratio_to_unique']:.2f} (goal <= 1.5); ratio to whole bodies {storage['ratio_to_whole']:.3f}")
+    print(f"(c) load + summarize + plan, {analysis['sessions']} sessions x {analysis['turns']} streamed turns:")
+    print(f"    responses parsed twice {analysis['seconds_two_parses']:.3f} s; once {analysis['seconds_one_parse']:.3f} s; "
+          f"ratio {analysis['ratio']:.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"parse": parse, "storage": storage}, indent=2) + "\n")
+        doc = {"parse": parse, "storage": storage, "analysis": analysis}
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
 

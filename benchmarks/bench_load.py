@@ -28,9 +28,10 @@ import aiohttp
 from proxycheck.core.bench.perf import Window, compare, steady_state, tokens_of
 from proxycheck.core.exchange.observation import Observation, ResultSummary
 from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.exchange.watchdogs import Watchdogs
 from proxycheck.core.protocol.result import Event
 from proxycheck.core.replay.chain import Route
-from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, RecordedOutcome, Watchdogs
+from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, RecordedOutcome
 from proxycheck.io.bench import BenchOptions, bench, request_cycle
 from proxycheck.io.procs import start_engine
 

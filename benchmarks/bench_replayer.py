@@ -24,8 +24,9 @@ import aiohttp
 
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.exchange.watchdogs import Watchdogs
 from proxycheck.core.replay.chain import Route
-from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, RecordedOutcome, Watchdogs, p99
+from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, RecordedOutcome, p99
 from proxycheck.io.procs import start_engine
 from proxycheck.io.replayer import ReplayOptions, replay
 

@@ -1,13 +1,18 @@
 """Shared test set-up: hypothesis profiles (deterministic and deadline-free in CI, where the
-machine is shared and slow), and paths to fixtures."""
+machine is shared and slow), paths to fixtures, and the process factories: `engines` and
+`mitmdumps` (one test's) and `module_engines` and `module_mitmdumps` (one module's), whose
+processes are stopped by their pid when the fixture ends (tests/processes.py)."""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
+from processes import EngineFactory, MitmdumpFactory, stopped_at_the_end
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None)
@@ -17,3 +22,27 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 # The real-client helpers (tests/clients/sdk.py) serve the proxy matrix too.
 sys.path.insert(0, str(Path(__file__).parent / "clients"))
+
+
+@pytest.fixture
+def engines() -> Iterator[EngineFactory]:
+    """`engines(*args)`: a reference engine for this test."""
+    yield from stopped_at_the_end(EngineFactory())
+
+
+@pytest.fixture(scope="module")
+def module_engines() -> Iterator[EngineFactory]:
+    """`module_engines(*args)`: a reference engine the module's tests share."""
+    yield from stopped_at_the_end(EngineFactory())
+
+
+@pytest.fixture
+def mitmdumps() -> Iterator[MitmdumpFactory]:
+    """`mitmdumps(*args)`, `.faults(upstream, ...)`, `.recorder(upstream, out)`: hops for this test."""
+    yield from stopped_at_the_end(MitmdumpFactory())
+
+
+@pytest.fixture(scope="module")
+def module_mitmdumps() -> Iterator[MitmdumpFactory]:
+    """The same hops, shared by the module's tests."""
+    yield from stopped_at_the_end(MitmdumpFactory())

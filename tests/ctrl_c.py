@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable
+
+from cli_runner import proxycheck_argv
 
 
 def interrupt_when(argv: list[str], ready: Callable[[str], bool], *, within: float = 60) -> tuple[int, str]:
@@ -17,8 +18,7 @@ def interrupt_when(argv: list[str], ready: Callable[[str], bool], *, within: flo
     with tempfile.TemporaryDirectory() as tmp:
         err_path = Path(tmp) / "stderr"
         with open(err_path, "wb") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "proxycheck", *argv],
-                                    stdout=subprocess.DEVNULL, stderr=err)  # fmt: skip
+            proc = subprocess.Popen(proxycheck_argv(*argv), stdout=subprocess.DEVNULL, stderr=err)
         try:
             deadline = time.monotonic() + within
             while proc.poll() is None and time.monotonic() < deadline and not ready(err_path.read_text()):

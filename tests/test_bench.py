@@ -10,27 +10,24 @@ never about absolute times.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_runner import main_status, proxycheck_argv
 from ctrl_c import interrupt_when, lines_in
+from processes import EngineFactory, MitmdumpFactory
 
 from proxycheck import cli
 from proxycheck.core.testbed.ssefilter import coin
-from proxycheck.io.agent import AgentOptions, run_agent
 from proxycheck.io.bench import arrival_gaps
-from proxycheck.io.procs import Managed, start_engine, start_mitmdump
+from proxycheck.io.procs import Managed, start_mitmdump
 from proxycheck.io.runstore import load_run
 
 REPO = Path(__file__).resolve().parents[1]
-RECORD = str(REPO / "addons" / "record.py")
 FAULTS = str(REPO / "addons" / "faults.py")
 FAST, SLOW = 0.010, 0.0112  # token intervals 12% apart
 ENGINE_ARGS = ("--ttft-base", "0.02", "--ttft-per-kb", "0", "--tool-call-rate", "0", "--jitter", "0.1")
@@ -57,26 +54,14 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    started: list[Managed] = []
-    try:
-        fast = start_engine("--token-interval", str(FAST), *ENGINE_ARGS)
-        started.append(fast)
-        slow = start_engine("--token-interval", str(SLOW), *ENGINE_ARGS)
-        started.append(slow)
-        tmp = tmp_path_factory.mktemp("bench")
-        out = tmp / "recording"
-        recorder = start_mitmdump("--mode", f"reverse:{fast.url}", "-s", RECORD, "--set", f"proxycheck_out={out}")
-        started.append(recorder)
-        options = AgentOptions(base_url=recorder.url, sessions=2, turns=2, think=0.1, max_tokens=24,
-                               tool_result_bytes=500, session_id_header="x-session-id")  # fmt: skip
-        assert asyncio.run(run_agent(options)).ok
-        time.sleep(1.5)  # the recorder flushes its last chunks within a second
-        recorder.stop()
-        yield Setup(fast, slow, out, tmp)
-    finally:
-        for proc in started:
-            proc.stop()
+def setup(tmp_path_factory: pytest.TempPathFactory, module_engines: EngineFactory,
+          module_mitmdumps: MitmdumpFactory) -> Setup:  # fmt: skip
+    fast = module_engines("--token-interval", str(FAST), *ENGINE_ARGS)
+    slow = module_engines("--token-interval", str(SLOW), *ENGINE_ARGS)
+    tmp = tmp_path_factory.mktemp("bench")
+    out = module_mitmdumps.record_agent(fast, tmp / "recording", sessions=2, turns=2, think=0.1, max_tokens=24,
+                                        tool_result_bytes=500, session_id_header="x-session-id")  # fmt: skip
+    return Setup(fast, slow, out, tmp)
 
 
 def bench(setup: Setup, chain: Path, out: Path, *argv: str, route: str = "direct") -> int:
@@ -192,10 +177,7 @@ def test_bad_input_is_one_line_and_exit_2(setup: Setup, tmp_path: Path, capsys: 
         ("merge", str(setup.recording), "--out", str(tmp_path / "m")),
     ]  # fmt: skip
     for argv in cases:
-        try:
-            status = cli.main(list(argv))
-        except SystemExit as exc:  # argparse's own errors
-            status = exc.code
+        status = main_status(*argv)  # argparse's own errors too
         assert status == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "Traceback" not in err[0], (argv, err)
@@ -215,9 +197,9 @@ def test_workers_and_shards_split_the_load_and_merge_back(
     assert summary["tpot"]["p50"] == pytest.approx(FAST, rel=0.25)
     # Shards as separate machines would run them: started together, merged by hand.
     start_at = f"{time.time() + 3:.3f}"
-    procs = [subprocess.Popen([sys.executable, "-m", "proxycheck", "bench", str(setup.recording), "--chain", str(chain),
-                               "--route", "direct", *load, "--shard", f"{i}/2", "--start-at", start_at,
-                               "--out", str(tmp_path / f"shard{i}")],
+    procs = [subprocess.Popen(proxycheck_argv("bench", str(setup.recording), "--chain", str(chain), "--route", "direct",
+                                              *load, "--shard", f"{i}/2", "--start-at", start_at,
+                                              "--out", str(tmp_path / f"shard{i}")),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in (1, 2)]  # fmt: skip
     try:
         assert [p.wait(timeout=60) for p in procs] == [0, 0]

@@ -8,17 +8,16 @@ own process, as a user would; a good chain first shows that a request does reach
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_runner import run_proxycheck as run
+from processes import EngineFactory
 
-from proxycheck.io.procs import Managed, start_engine
+from proxycheck.io.procs import Managed
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "replays" / "example-agent"
@@ -28,23 +27,12 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Managed]:
-    proc = start_engine("--access-log", "--token-interval", "0", "--ttft-base", "0", "--ttft-per-kb", "0")
-    try:
-        yield proc
-    finally:
-        proc.stop()
+def engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--access-log", "--token-interval", "0", "--ttft-base", "0", "--ttft-per-kb", "0")
 
 
 def requests_seen(engine: Managed) -> int:
     return len(REQUEST_LINE.findall(engine.log_path.read_text(errors="replace")))
-
-
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "proxycheck", *args], capture_output=True, text=True, timeout=60, cwd=REPO,
-        env={**os.environ, **(env or {})},
-    )  # fmt: skip
 
 
 def chain_file(tmp: Path, engine: Managed, hop_extra: str) -> Path:

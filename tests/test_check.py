@@ -20,27 +20,25 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_runner import run_proxycheck
 from ctrl_c import interrupt_when, lines_in
+from processes import EngineFactory, MitmdumpFactory
 
 from proxycheck import cli
 from proxycheck.io.agent import AgentOptions, run_agent
-from proxycheck.io.procs import Managed, start_engine, start_mitmdump
+from proxycheck.io.procs import Managed, start_mitmdump
 from proxycheck.io.runstore import RunWriter, load_run
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = str(REPO / "addons" / "record.py")
-FAULTS = str(REPO / "addons" / "faults.py")
 STALL = ["stall_after=3", "from_turn=2"]
 FAST = ["--pace", "fast", "--stall-timeout", "1"]
 
@@ -64,51 +62,37 @@ class Chains:
 
 
 @pytest.fixture(scope="module")
-def chains(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chains]:
-    started: list[Managed] = []
-    try:
-        engine = start_engine("--token-interval", "0.004", "--ttft-per-kb", "0", "--jitter", "0.3",
-                              "--tool-call-rate", "0.6")  # fmt: skip
-        started.append(engine)
-        bad_engine = start_engine("--token-interval", "0.004", "--fault", "stall:after=3,from_turn=2")
-        started.append(bad_engine)
-        out = tmp_path_factory.mktemp("rec") / "recording"
-        recorder = start_mitmdump("--mode", f"reverse:{engine.url}", "-s", RECORD, "--set", f"proxycheck_out={out}")
-        started.append(recorder)
-        options = AgentOptions(base_url=recorder.url, sessions=2, turns=3, think=0.2, max_tokens=32)
-        assert asyncio.run(run_agent(options)).ok
-        time.sleep(1.5)  # the recorder flushes its last chunks within a second
-        recorder.stop()
+def chains(tmp_path_factory: pytest.TempPathFactory, module_engines: EngineFactory,
+           module_mitmdumps: MitmdumpFactory) -> Chains:  # fmt: skip
+    engine = module_engines("--token-interval", "0.004", "--ttft-per-kb", "0", "--jitter", "0.3",
+                            "--tool-call-rate", "0.6")  # fmt: skip
+    bad_engine = module_engines("--token-interval", "0.004", "--fault", "stall:after=3,from_turn=2")
+    out = module_mitmdumps.record_agent(engine, tmp_path_factory.mktemp("rec") / "recording", sessions=2, turns=3,
+                                        think=0.2, max_tokens=32)  # fmt: skip
 
-        hops: dict[str, Managed] = {}
+    hops: dict[str, Managed] = {}
 
-        def hop(name: str, upstream: str, *faults: str) -> Managed:
-            sets = [a for f in faults for a in ("--set", f"proxycheck_fault_{f}")]
-            proc = start_mitmdump("--mode", f"reverse:{upstream}", "-s", FAULTS, *sets)
-            started.append(proc)
-            hops[name] = proc
-            return proc
+    def hop(name: str, upstream: str, *faults: str) -> Managed:
+        hops[name] = module_mitmdumps.faults(upstream, *faults)
+        return hops[name]
 
-        # Level by level, each level's hops started at once (their upstreams are up by then).
-        levels: list[list[tuple[str, str, tuple[str, ...]]]] = [
-            [("c2", engine.url, ()), ("F2", engine.url, tuple(STALL)), ("E", bad_engine.url, ()),
-             ("B", engine.url, ("idle_blackhole=1",))],
-            [("c1", "c2", ()), ("F1", "c2", tuple(STALL)), ("Y1", "F2", ()),
-             ("P", "c2", ("stall_after=3", "probability=0.3", "seed=5"))],
-            [("c0", "c1", ()), ("F0", "c1", tuple(STALL)), ("X0", "F1", ()), ("Y0", "Y1", ())],
-        ]  # fmt: skip
-        for level in levels:
-            with ThreadPoolExecutor(len(level)) as pool:
-                futures = [
-                    pool.submit(hop, name, hops[up].url if up in hops else up, *faults)
-                    for name, up, faults in level
-                ]  # fmt: skip
-                for future in futures:
-                    future.result()
-        yield Chains(engine, bad_engine, out, hops)
-    finally:
-        for proc in started:
-            proc.stop()
+    # Level by level, each level's hops started at once (their upstreams are up by then).
+    levels: list[list[tuple[str, str, tuple[str, ...]]]] = [
+        [("c2", engine.url, ()), ("F2", engine.url, tuple(STALL)), ("E", bad_engine.url, ()),
+         ("B", engine.url, ("idle_blackhole=1",))],
+        [("c1", "c2", ()), ("F1", "c2", tuple(STALL)), ("Y1", "F2", ()),
+         ("P", "c2", ("stall_after=3", "probability=0.3", "seed=5"))],
+        [("c0", "c1", ()), ("F0", "c1", tuple(STALL)), ("X0", "F1", ()), ("Y0", "Y1", ())],
+    ]  # fmt: skip
+    for level in levels:
+        with ThreadPoolExecutor(len(level)) as pool:
+            futures = [
+                pool.submit(hop, name, hops[up].url if up in hops else up, *faults)
+                for name, up, faults in level
+            ]  # fmt: skip
+            for future in futures:
+                future.result()
+    return Chains(engine, bad_engine, out, hops)
 
 
 def check(tmp: Path, *argv: str) -> int:
@@ -287,8 +271,7 @@ def test_bad_flags_are_one_line_and_exit_2(chains: Chains, tmp_path: Path, capsy
 def test_a_bad_chain_file_is_one_line_in_a_subprocess(chains: Chains, tmp_path: Path) -> None:
     bad = tmp_path / "chain.toml"
     bad.write_text('engine = "http://127.0.0.1:1"\n[[hop]]\nname = "x"\n')  # a hop with neither url nor proxy
-    proc = subprocess.run([sys.executable, "-m", "proxycheck", "check", str(chains.recording), "--chain", str(bad)],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = run_proxycheck("check", str(chains.recording), "--chain", str(bad))
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"proxycheck: {bad}"), proc.stderr

@@ -10,18 +10,15 @@ trimmer). Every process is stopped by the fixture, also on failure.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_check import FAST, FAULTS, RECORD, check, verdict_of
+from processes import EngineFactory, MitmdumpFactory
+from test_check import FAST, check, verdict_of
 
-from proxycheck.io.agent import AgentOptions, run_agent
-from proxycheck.io.procs import Managed, start_engine, start_mitmdump
+from proxycheck.io.procs import Managed
 from proxycheck.io.runstore import load_run
 from proxycheck.io.storage import load
 
@@ -41,27 +38,14 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    started: list[Managed] = []
-    try:
-        engine = start_engine("--token-interval", "0.004", "--ttft-per-kb", "0", "--tool-call-rate", "0.6")
-        started.append(engine)
-        out = tmp_path_factory.mktemp("rec") / "recording"
-        recorder = start_mitmdump("--mode", f"reverse:{engine.url}", "-s", RECORD, "--set", f"proxycheck_out={out}")
-        started.append(recorder)
-        options = AgentOptions(base_url=recorder.url, sessions=1, turns=4, think=0.2, max_tokens=24)
-        assert asyncio.run(run_agent(options)).ok
-        time.sleep(1.5)  # the recorder flushes its last chunks within a second
-        recorder.stop()
-        hops = {}
-        for name, fault in (("gateway", "reserialize=true"), ("trimmer", "truncate_messages=2")):
-            hops[name] = start_mitmdump("--mode", f"reverse:{engine.url}", "-s", FAULTS,
-                                        "--set", f"proxycheck_fault_{fault}")  # fmt: skip
-            started.append(hops[name])
-        yield World(engine, out, hops)
-    finally:
-        for proc in started:
-            proc.stop()
+def world(tmp_path_factory: pytest.TempPathFactory, module_engines: EngineFactory,
+          module_mitmdumps: MitmdumpFactory) -> World:  # fmt: skip
+    engine = module_engines("--token-interval", "0.004", "--ttft-per-kb", "0", "--tool-call-rate", "0.6")
+    out = module_mitmdumps.record_agent(engine, tmp_path_factory.mktemp("rec") / "recording", sessions=1, turns=4,
+                                        think=0.2, max_tokens=24)  # fmt: skip
+    hops = {name: module_mitmdumps.faults(engine, fault)
+            for name, fault in (("gateway", "reserialize=true"), ("trimmer", "truncate_messages=2"))}  # fmt: skip
+    return World(engine, out, hops)
 
 
 def test_a_hop_that_re_serializes_every_body_is_healthy(world: World, tmp_path: Path) -> None:

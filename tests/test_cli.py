@@ -9,18 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_proxycheck as run
 
 from proxycheck.cli import main
 from proxycheck.core.recording import journal as fmt
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "replays" / "example-agent"
-
-
-def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "proxycheck", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
 
 
 def test_sessions_table_shows_turns_sizes_think_times_and_the_wedge(capsys, monkeypatch) -> None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 from ctrl_c import interrupt_when
+from processes import EngineFactory
 
 from proxycheck import cli
 from proxycheck.core.testbed.ssefilter import turn_number
@@ -44,16 +44,13 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    engine = start_engine("--token-interval", "0.004", "--ttft-per-kb", "0", "--tool-call-rate", "1")
-    try:
-        out = record(engine, tmp_path_factory.mktemp("rec") / "recording", sessions=3, turns=4, think=0.2)
-        sessions = open_recording(str(out)).planned
-        assert len(sessions) == 3 and all(len(s.turns) == 4 for s in sessions)
-        sizes = {k: [len(s.turns[k - 1].body) for s in sessions] for k in range(1, 5)}
-        yield Setup(engine, out, sizes)
-    finally:
-        engine.stop()
+def setup(tmp_path_factory: pytest.TempPathFactory, module_engines: EngineFactory) -> Setup:
+    engine = module_engines("--token-interval", "0.004", "--ttft-per-kb", "0", "--tool-call-rate", "1")
+    out = record(engine, tmp_path_factory.mktemp("rec") / "recording", sessions=3, turns=4, think=0.2)
+    sessions = open_recording(str(out)).planned
+    assert len(sessions) == 3 and all(len(s.turns) == 4 for s in sessions)
+    sizes = {k: [len(s.turns[k - 1].body) for s in sessions] for k in range(1, 5)}
+    return Setup(engine, out, sizes)
 
 
 def record(engine: Managed, out: Path, *, sessions: int, turns: int, think: float, max_tokens: int = 16) -> Path:

@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+from processes import EngineFactory, MitmdumpFactory
 
 from proxycheck import cli
 from proxycheck.io import prober
-from proxycheck.io.procs import Managed, free_port, start_engine, start_mitmdump
+from proxycheck.io.procs import Managed, free_port
 
-REPO = Path(__file__).resolve().parents[1]
-FAULTS = str(REPO / "addons" / "faults.py")
 BODY_LIMIT, IDLE_LIMIT = 100_000, 3.0
 QUICK = ["--timeout", "2"]
 
@@ -50,24 +48,12 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-def setup() -> Iterator[Setup]:
-    started: list[Managed] = []
-    try:
-        engine = start_engine("--token-interval", "0.01", "--keepalive-timeout", "60")
-        started.append(engine)
-
-        def hop(upstream: str, *faults: str) -> str:
-            sets = [a for f in faults for a in ("--set", f"proxycheck_fault_{f}")]
-            proc = start_mitmdump("--mode", f"reverse:{upstream}", "-s", FAULTS, *sets)
-            started.append(proc)
-            return proc.url
-
-        hops = {"clean": hop(engine.url), "buffer": hop(engine.url, "buffer=true")}
-        hops["limits"] = hop(hops["clean"], f"max_body={BODY_LIMIT}", f"idle_blackhole={IDLE_LIMIT:g}")
-        yield Setup(engine, hops)
-    finally:
-        for proc in started:
-            proc.stop()
+def setup(module_engines: EngineFactory, module_mitmdumps: MitmdumpFactory) -> Setup:
+    engine = module_engines("--token-interval", "0.01", "--keepalive-timeout", "60")
+    hops = {"clean": module_mitmdumps.faults(engine).url, "buffer": module_mitmdumps.faults(engine, "buffer=true").url}
+    limits = module_mitmdumps.faults(hops["clean"], f"max_body={BODY_LIMIT}", f"idle_blackhole={IDLE_LIMIT:g}")
+    hops["limits"] = limits.url
+    return Setup(engine, hops)
 
 
 def probe(tmp: Path, chain: Path, *argv: str) -> tuple[int, dict]:

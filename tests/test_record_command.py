@@ -11,48 +11,27 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from cli_runner import main_status as main
+from cli_runner import proxycheck_argv
+from processes import EngineFactory, MitmdumpFactory
 
-from proxycheck import cli
 from proxycheck.commands import record
 from proxycheck.core.recording.redact import REDACTED
 from proxycheck.core.recording.summary import summarize_sessions
-from proxycheck.io.procs import start_engine, start_mitmdump
+from proxycheck.io.procs import Managed
+from proxycheck.io.recordings import JournalTail
 from proxycheck.io.storage import load
+from proxycheck.report.live_view import SessionCount, live_line
 
 REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.timeout(60)
-
-# Runs the real CLI (its error handling and exit codes) with `record` listed even before cli.py
-# lists it.
-_SHIM = (
-    "import sys\n"
-    "from proxycheck import cli\n"
-    "from proxycheck.commands import record\n"
-    "if record not in cli.COMMANDS:\n"
-    "    cli.COMMANDS = (*cli.COMMANDS, record)\n"
-    "sys.exit(cli.main(sys.argv[1:]))\n"
-)
-
-
-def main(*argv: str) -> int:
-    """The exit status of the real CLI in this process (argparse errors exit via SystemExit)."""
-    saved = cli.COMMANDS
-    if record not in saved:
-        cli.COMMANDS = (*saved, record)
-    try:
-        return cli.main(list(argv))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    finally:
-        cli.COMMANDS = saved
 
 
 class RecordProcess:
@@ -62,7 +41,7 @@ class RecordProcess:
         self.out_path, self.err_path = tmp / "record.out", tmp / "record.err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _SHIM, "record", *args],
+                proxycheck_argv("record", *args),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=REPO,
                 env={**os.environ, "COLUMNS": "200"},
             )  # fmt: skip
@@ -109,12 +88,8 @@ class RecordProcess:
 
 
 @pytest.fixture(scope="module")
-def engine():
-    proc = start_engine("--token-interval", "0.005", "--tool-call-rate", "0")
-    try:
-        yield proc
-    finally:
-        proc.stop()
+def engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", "0.005", "--tool-call-rate", "0")
 
 
 def chat(client: httpx.Client, messages: list[dict], *, trace: str, max_tokens: int = 8) -> tuple[bytes, bytes]:
@@ -202,12 +177,8 @@ def test_forward_mode(engine, tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def plain_forward_proxy():
-    proc = start_mitmdump("--mode", "regular", "--set", "stream_large_bodies=1")
-    try:
-        yield proc
-    finally:
-        proc.stop()
+def plain_forward_proxy(module_mitmdumps: MitmdumpFactory) -> Managed:
+    return module_mitmdumps("--mode", "regular", "--set", "stream_large_bodies=1")
 
 
 def test_forward_mode_chained_to_an_upstream_proxy(engine, plain_forward_proxy, tmp_path: Path) -> None:
@@ -310,7 +281,7 @@ def test_the_mitmdump_command_line() -> None:
 
 def test_the_journal_is_read_incrementally(tmp_path: Path) -> None:
     journal = tmp_path / "journal.jsonl"
-    tail = record.JournalTail(journal)
+    tail = JournalTail(journal)
     tail.poll()  # not there yet
     with open(journal, "wb") as f:
         f.write(b'{"k":"req","x":1,"t":0}\n{"k":"req","x":2,"t":0}\n{"k":"data","x":1,"c":[[0.1,5],[0.2,7]],"v":"')
@@ -328,13 +299,13 @@ def test_the_journal_is_read_incrementally(tmp_path: Path) -> None:
 def test_the_live_line(tmp_path: Path) -> None:
     from rich.console import Console
 
-    tail = record.JournalTail(tmp_path / "journal.jsonl")
+    tail = JournalTail(tmp_path / "journal.jsonl")
     tail.exchanges, tail.failed, tail.response_bytes, tail.inflight = 12, 1, 45_200, {12}
-    counter = record.SessionCount(tmp_path)
+    counter = SessionCount(tmp_path)
     console = Console(width=200, record=True)
-    console.print(record._view(tail, counter, "127.0.0.1:8080", 65.2))
+    console.print(live_line(tail, counter, "127.0.0.1:8080", 65.2))
     counter.sessions = 3
-    console.print(record._view(tail, counter, "127.0.0.1:8080", 5))
+    console.print(live_line(tail, counter, "127.0.0.1:8080", 5))
     assert console.export_text().splitlines() == [
         "recording 127.0.0.1:8080  sessions ?  exchanges 12 (1 in flight, 1 failed)  45.2K  1m05s",
         "recording 127.0.0.1:8080  sessions 3  exchanges 12 (1 in flight, 1 failed)  45.2K  0m05s",

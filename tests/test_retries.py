@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_runner import main_output as run
 from clients.sdk import converse
+from processes import EngineFactory, MitmdumpFactory
 
-from proxycheck import cli
-from proxycheck.io.procs import Managed, start_engine, start_mitmdump
+from proxycheck.io.procs import Managed
 from proxycheck.io.runstore import load_run
-
-REPO = Path(__file__).resolve().parents[1]
-RECORD = str(REPO / "addons" / "record.py")
-FAULTS = str(REPO / "addons" / "faults.py")
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -36,33 +32,18 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    started: list[Managed] = []
-    try:
-        engine = start_engine("--token-interval", "0.004", "--ttft-per-kb", "0", "--tool-call-rate", "0")
-        started.append(engine)
-        gateway = start_mitmdump("--mode", f"reverse:{engine.url}", "-s", FAULTS, "--set", "proxycheck_fault_status_first=2",
-                                 "--set", "proxycheck_fault_from_turn=2")  # fmt: skip
-        started.append(gateway)
-        clean = start_mitmdump("--mode", f"reverse:{engine.url}", "-s", FAULTS)
-        started.append(clean)
-        out = tmp_path_factory.mktemp("rec") / "recording"
-        recorder = start_mitmdump("--mode", f"reverse:{gateway.url}", "-s", RECORD, "--set", f"proxycheck_out={out}")
-        started.append(recorder)
-        turns = converse("openai", recorder.url, turns=3, max_retries=2, think=0.1, max_tokens=8)
-        assert turns.ok and [line["turn"] for line in turns.lines] == [1, 2, 3], turns.stderr[-2000:]
-        time.sleep(1.5)  # the recorder flushes its last chunks within a second
-        recorder.stop()
-        yield Setup(out, engine, clean)
-    finally:
-        for proc in started:
-            proc.stop()
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
+def setup(tmp_path_factory: pytest.TempPathFactory, module_engines: EngineFactory,
+          module_mitmdumps: MitmdumpFactory) -> Setup:  # fmt: skip
+    engine = module_engines("--token-interval", "0.004", "--ttft-per-kb", "0", "--tool-call-rate", "0")
+    gateway = module_mitmdumps.faults(engine, "status_first=2", "from_turn=2")
+    clean = module_mitmdumps.faults(engine)
+    out = tmp_path_factory.mktemp("rec") / "recording"
+    recorder = module_mitmdumps.recorder(gateway, out)
+    turns = converse("openai", recorder.url, turns=3, max_retries=2, think=0.1, max_tokens=8)
+    assert turns.ok and [line["turn"] for line in turns.lines] == [1, 2, 3], turns.stderr[-2000:]
+    time.sleep(1.5)  # the recorder flushes its last chunks within a second
+    recorder.stop()
+    return Setup(out, engine, clean)
 
 
 def test_sessions_shows_three_turns_turn_2_in_three_attempts(

@@ -14,22 +14,18 @@ which stalls mid-stream from turn 3 on. Every process is stopped by the fixture,
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-from test_check import FAST, FAULTS, RECORD, check, verdict_of
+from cli_runner import run_proxycheck
+from processes import EngineFactory, MitmdumpFactory
+from test_check import FAST, check, verdict_of
 
 from proxycheck import cli
-from proxycheck.io.agent import AgentOptions, run_agent
-from proxycheck.io.procs import Managed, start_engine, start_mitmdump
+from proxycheck.io.procs import Managed
 from proxycheck.io.runstore import load_run
 
 pytestmark = pytest.mark.timeout(240)
@@ -51,29 +47,14 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    started: list[Managed] = []
-    try:
-        engine = start_engine("--sampling", "--token-interval", "0.003", "--ttft-per-kb", "0", "--tool-call-rate", "0.5")
-        started.append(engine)
-        out = tmp_path_factory.mktemp("rec") / "recording"
-        recorder = start_mitmdump("--mode", f"reverse:{engine.url}", "-s", RECORD, "--set", f"proxycheck_out={out}")
-        started.append(recorder)
-        options = AgentOptions(base_url=recorder.url, sessions=4, turns=4, think=0.1, max_tokens=24)
-        assert asyncio.run(run_agent(options)).ok
-        time.sleep(1.5)  # the recorder flushes its last chunks within a second
-        recorder.stop()
-        hops: dict[str, Managed] = {}
-        for name, upstream, faults in (("c1", engine.url, ()), ("F", engine.url, ("stall_after=3", "from_turn=3"))):
-            sets = [a for f in faults for a in ("--set", f"proxycheck_fault_{f}")]
-            hops[name] = start_mitmdump("--mode", f"reverse:{upstream}", "-s", FAULTS, *sets)
-            started.append(hops[name])
-        hops["c0"] = start_mitmdump("--mode", f"reverse:{hops['c1'].url}", "-s", FAULTS)
-        started.append(hops["c0"])
-        yield World(engine, out, hops)
-    finally:
-        for proc in started:
-            proc.stop()
+def world(tmp_path_factory: pytest.TempPathFactory, module_engines: EngineFactory,
+          module_mitmdumps: MitmdumpFactory) -> World:  # fmt: skip
+    engine = module_engines("--sampling", "--token-interval", "0.003", "--ttft-per-kb", "0", "--tool-call-rate", "0.5")
+    out = module_mitmdumps.record_agent(engine, tmp_path_factory.mktemp("rec") / "recording", sessions=4, turns=4,
+                                        think=0.1, max_tokens=24)  # fmt: skip
+    hops = {"c1": module_mitmdumps.faults(engine), "F": module_mitmdumps.faults(engine, "stall_after=3", "from_turn=3")}
+    hops["c0"] = module_mitmdumps.faults(hops["c1"])
+    return World(engine, out, hops)
 
 
 def shape(doc: dict) -> tuple:
@@ -174,8 +155,7 @@ def test_dry_run_shows_the_greedy_bodies(world: World, tmp_path: Path, capsys: p
 
 
 def test_sampling_with_replay_is_one_line_and_exit_2(world: World) -> None:
-    proc = subprocess.run([sys.executable, "-m", "proxycheck", "engine", "--listen", "127.0.0.1:0", "--sampling",
-                           "--replay", str(world.recording)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = run_proxycheck("engine", "--listen", "127.0.0.1:0", "--sampling", "--replay", str(world.recording))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "proxycheck: --sampling: does not apply with --replay DIR (recorded answers are replayed as they are)"

@@ -11,19 +11,16 @@ import json
 import re
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+from cli_runner import main_output
+from processes import EngineFactory, MitmdumpFactory
 
-from proxycheck import cli
-from proxycheck.io.procs import Managed, start_engine, start_mitmdump
+from proxycheck.io.procs import Managed
 
-REPO = Path(__file__).resolve().parents[1]
-RECORD = str(REPO / "addons" / "record.py")
-FAULTS = str(REPO / "addons" / "faults.py")
 FAST = ["--pace", "fast", "--stall-timeout", "1"]
 WIDTH = 80
 
@@ -71,40 +68,32 @@ def openai(client: httpx.Client, messages: list[dict]) -> str:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    started: list[Managed] = []
-    try:
-        engine = start_engine("--token-interval", "0.004", "--ttft-per-kb", "0", "--tool-call-rate", "0")
-        started.append(engine)
-        out = tmp_path_factory.mktemp("rec") / "recording"
-        recorder = start_mitmdump("--mode", f"reverse:{engine.url}", "-s", RECORD, "--set", f"proxycheck_out={out}")
-        started.append(recorder)
-        faulty = start_mitmdump("--mode", f"reverse:{engine.url}", "-s", FAULTS, "--set", "proxycheck_fault_stall_after=3",
-                                "--set", "proxycheck_fault_from_turn=2")  # fmt: skip
-        started.append(faulty)
-        a = [{"role": "user", "content": "refactor the parser"}]
-        b = [{"role": "user", "content": "write the changelog"}]
-        c = [{"role": "user", "content": "explain the failing test"}]
-        with httpx.Client(base_url=recorder.url, timeout=20) as client:
-            # First turns in the order A (keyed), B (continuity), C (keyed): labels s1, s2, s3.
-            replies = [anthropic(client, SESSION_A, a), openai(client, b), anthropic(client, SESSION_C, c)]
-            time.sleep(0.05)
-            for history, reply in zip((a, b, c), replies):
-                history += [{"role": "assistant", "content": reply or "ok"}, {"role": "user", "content": "go on"}]
-            anthropic(client, SESSION_A, a)
-            openai(client, b)
-            anthropic(client, SESSION_C, c)
-        time.sleep(1.5)  # the recorder flushes its last chunks within a second
-        recorder.stop()
-        yield Setup(out, engine, faulty)
-    finally:
-        for proc in started:
-            proc.stop()
+def setup(tmp_path_factory: pytest.TempPathFactory, module_engines: EngineFactory,
+          module_mitmdumps: MitmdumpFactory) -> Setup:  # fmt: skip
+    engine = module_engines("--token-interval", "0.004", "--ttft-per-kb", "0", "--tool-call-rate", "0")
+    out = tmp_path_factory.mktemp("rec") / "recording"
+    recorder = module_mitmdumps.recorder(engine, out)
+    faulty = module_mitmdumps.faults(engine, "stall_after=3", "from_turn=2")
+    a = [{"role": "user", "content": "refactor the parser"}]
+    b = [{"role": "user", "content": "write the changelog"}]
+    c = [{"role": "user", "content": "explain the failing test"}]
+    with httpx.Client(base_url=recorder.url, timeout=20) as client:
+        # First turns in the order A (keyed), B (continuity), C (keyed): labels s1, s2, s3.
+        replies = [anthropic(client, SESSION_A, a), openai(client, b), anthropic(client, SESSION_C, c)]
+        time.sleep(0.05)
+        for history, reply in zip((a, b, c), replies):
+            history += [{"role": "assistant", "content": reply or "ok"}, {"role": "user", "content": "go on"}]
+        anthropic(client, SESSION_A, a)
+        openai(client, b)
+        anthropic(client, SESSION_C, c)
+    time.sleep(1.5)  # the recorder flushes its last chunks within a second
+    recorder.stop()
+    return Setup(out, engine, faulty)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    status = cli.main(list(argv))
-    return status, capsys.readouterr().out
+    status, out, _ = main_output(capsys, *argv)
+    return status, out
 
 
 def assert_fits(out: str) -> None:

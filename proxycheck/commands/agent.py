@@ -13,9 +13,9 @@ import asyncio
 import json
 import sys
 
+from rich.console import Console
+
 from proxycheck.commands.common import (
-    EXIT_FAULT,
-    EXIT_OK,
     header_name,
     http_url,
     non_negative_int,
@@ -23,7 +23,10 @@ from proxycheck.commands.common import (
     positive_int,
     positive_seconds,
 )
+from proxycheck.core.errors import EXIT_FAULT, EXIT_OK
+from proxycheck.core.testbed.agent import AgentOptions
 from proxycheck.core.testbed.conversation import DIALECTS
+from proxycheck.report.agent_view import agent_view, to_json
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -62,8 +65,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.io.agent import AgentOptions, run_agent
-    from proxycheck.report.agent_view import agent_view, to_json
+    # io.agent loads httpx: imported when the agent runs, not at every command's start.
+    from proxycheck.io.agent import run_agent
 
     options = AgentOptions(
         base_url=args.base_url,
@@ -86,7 +89,5 @@ def run(args: argparse.Namespace) -> int:
         json.dump(to_json(result), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        from rich.console import Console
-
         Console(highlight=False).print(agent_view(result))
     return EXIT_OK if result.ok else EXIT_FAULT

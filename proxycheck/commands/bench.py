@@ -14,31 +14,40 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxycheck.commands.common import (
-    EXIT_FAULT,
-    EXIT_OK,
     load_sessions,
     non_negative_int,
     non_negative_seconds,
     positive_int,
     positive_number,
     positive_seconds,
-    reports_bad_input,
 )
-from proxycheck.commands.replay import add_watchdog_flags
-from proxycheck.core.errors import BadInput
+from proxycheck.commands.flags import add_watchdog_flags, watchdogs_of
+from proxycheck.core.bench.perf import SLO, parse_slo, steady_state
+from proxycheck.core.errors import EXIT_FAULT, EXIT_INTERRUPTED, EXIT_OK, BadInput
+from proxycheck.core.exchange.observation import Observation
+from proxycheck.io.benchrun import BENCH_KEY, bench_doc, merge_runs
+from proxycheck.io.inputs import check_out, check_tls, load_chain
+from proxycheck.io.runstore import RunWriter, options_doc
+from proxycheck.report.bench_view import render_bench
+
+if TYPE_CHECKING:  # io.bench loads aiohttp: imported in `run`, off the start-up path of other commands
+    from proxycheck.io.bench import BenchOptions
 
 DEFAULT_DURATION = 60.0
-BENCH_KEY = "bench"  # run.json's key for the bench's window and summary
+WORKERS_START = 2.0  # seconds for the workers to start (imports take ~1 s), plus WORKER_START each
+WORKER_START = 0.5
 
 
-def _slo(text: str) -> Any:
-    from proxycheck.core.bench.perf import parse_slo
-
+def _slo(text: str) -> SLO:
     try:
         return parse_slo(text)
     except ValueError as exc:
@@ -89,12 +98,9 @@ def _shard(text: str) -> tuple[int, int]:
     return int(index), int(count)
 
 
-@reports_bad_input
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.commands.replay import chain_doc, check_out, check_tls, load_chain, watchdogs_of
-    from proxycheck.core.bench.perf import steady_state
+    # io.bench loads aiohttp: imported when a bench runs, not at every command's start.
     from proxycheck.io.bench import BenchOptions, bench, request_cycle, shard_share
-    from proxycheck.io.runstore import RunWriter
 
     if args.concurrency is None and args.rate is None:
         raise BadInput("--concurrency", "give --concurrency C (closed loop) or --rate L (open loop)")
@@ -126,60 +132,40 @@ def run(args: argparse.Namespace) -> int:
             options = shard_share(options, args.shard[0] - 1, args.shard[1], len(turns))
         except ValueError as exc:
             raise BadInput("--shard", str(exc)) from None
-    options_doc = _options_doc(args, options)
-    options_doc["whole"] = _options_doc(args, whole)
-    writer = RunWriter(args.out, chain=chain_doc(chain), routes=[route.name], options=options_doc,
+    doc = _options_doc(args, options)
+    doc["whole"] = _options_doc(args, whole)
+    writer = RunWriter(args.out, chain=chain.to_doc(), routes=[route.name], options=doc,
                        started_at=args.start_at)  # fmt: skip
     load = _describe_load(options)
     part = f" (shard {args.shard[0]}/{args.shard[1]})" if args.shard else ""
     print(f"proxycheck: bench {route.name}{part}: {load}, {len(turns)} recorded request(s) cycled", file=sys.stderr)
-    observations: list[Any] = []
+    observations: list[Observation] = []
 
-    def sink(obs: Any) -> None:
+    def sink(obs: Observation) -> None:
         writer.add(obs)
         observations.append(obs)
 
-    try:
+    with writer:  # the load's own Ctrl-C ends it early (result.interrupted); the run is kept either way
         result = asyncio.run(bench(turns, route, options, writer.run_id, sink, start_at=args.start_at))
-    except BaseException:
-        writer.close("failed")
-        raise
-    summary = steady_state(observations, result.window, args.slo)
-    doc = summary.to_json()
-    writer.meta[BENCH_KEY] = {
-        "window": [result.window.start, result.window.end],
-        "issued": result.issued,
-        "measured": result.measured,
-        "load": load,
-        "shard": list(args.shard) if args.shard else None,
-        "summary": doc,
-    }
-    writer.close("interrupted" if result.interrupted else "completed")
-    from proxycheck.report.bench_view import render_bench
-
-    render_bench(doc, title=f"bench {route.name}: {load}")
+        summary = steady_state(observations, result.window, args.slo)
+        writer.meta[BENCH_KEY] = bench_doc(result.window, result.issued, result.measured, load, args.shard, summary)
+        writer.close("interrupted" if result.interrupted else "completed")
+    render_bench(summary.to_json(), title=f"bench {route.name}: {load}")
     if args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        Path(args.json).write_text(json.dumps(summary.to_json(), indent=2) + "\n", encoding="utf-8")
     note = " (interrupted)" if result.interrupted else ""
     print(f"proxycheck: run {writer.run_id}: {writer.count} request(s){note}; {args.out}", file=sys.stderr)
     if result.interrupted:
-        return 130
+        return EXIT_INTERRUPTED
     return EXIT_FAULT if summary.failures else EXIT_OK
 
 
-def _workers(args: argparse.Namespace, options: Any) -> int:
+def _workers(args: argparse.Namespace, options: "BenchOptions") -> int:
     """`--workers N`: N shard processes of this same bench, started together, merged into --out."""
-    import os
-    import subprocess
-    import tempfile
-    import time
-
-    from proxycheck.commands.merge import merge_runs
-
     if options.concurrency is not None and options.concurrency < args.workers:
         raise BadInput("--workers", f"more workers ({args.workers}) than --concurrency ({options.concurrency})")
     shards = Path(tempfile.mkdtemp(prefix="proxycheck-bench-"))
-    start_at = time.time() + 2.0 + 0.5 * args.workers  # every worker is up by then (imports take ~1 s)
+    start_at = time.time() + WORKERS_START + WORKER_START * args.workers  # every worker is up by then
     argv = _child_argv(args)
     procs: list[tuple[subprocess.Popen[bytes], Path]] = []
     print(f"proxycheck: bench: {args.workers} worker processes, starting together", file=sys.stderr)
@@ -208,11 +194,14 @@ def _workers(args: argparse.Namespace, options: Any) -> int:
         i, log = broken[0]
         last = (log.read_text(errors="replace").strip().splitlines() or ["(no output)"])[-1]
         raise BadInput(f"worker {i}", f"exited without a run: {last}")
-    summary = merge_runs([str(shards / f"shard-{i}") for i in range(1, args.workers + 1)], args.out,
-                         title_extra=f"{args.workers} workers")  # fmt: skip
+    merged = merge_runs([str(shards / f"shard-{i}") for i in range(1, args.workers + 1)], args.out,
+                        title_extra=f"{args.workers} workers")  # fmt: skip
+    render_bench(merged.summary.to_json(), title=f"bench {merged.route}: {merged.load}")
+    print(f"proxycheck: run {merged.run_id}: {merged.count} request(s) from {merged.runs} runs; {args.out}",
+          file=sys.stderr)  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps(summary.to_json(), indent=2) + "\n", encoding="utf-8")
-    return EXIT_FAULT if summary.failures else EXIT_OK
+        Path(args.json).write_text(json.dumps(merged.summary.to_json(), indent=2) + "\n", encoding="utf-8")
+    return EXIT_FAULT if merged.summary.failures else EXIT_OK
 
 
 def _child_argv(args: argparse.Namespace) -> list[str]:
@@ -230,7 +219,7 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-def _describe_load(options: Any) -> str:
+def _describe_load(options: "BenchOptions") -> str:
     if options.rate is None:
         load = f"concurrency {options.concurrency}"
     else:
@@ -242,19 +231,11 @@ def _describe_load(options: Any) -> str:
     return f"{load}, {amount}{warm}"
 
 
-def _options_doc(args: argparse.Namespace, options: Any) -> dict[str, Any]:
-    wd = options.watchdogs
-    return {
-        "recording": str(args.directory),
-        "command": "bench",
-        "client": "aiohttp",
-        "concurrency": options.concurrency,
-        "rate": options.rate,
-        "burstiness": options.burstiness,
-        "duration": options.duration,
-        "requests": options.requests,
-        "warmup": options.warmup,
-        "seed": options.seed,
-        "slo": None if args.slo is None else {"ttft": args.slo.ttft, "tpot": args.slo.tpot, "e2e": args.slo.e2e},
-        "watchdogs": {"connect": wd.connect, "headers": wd.headers, "stall": wd.stall, "total": wd.total},
-    }
+def _options_doc(args: argparse.Namespace, options: "BenchOptions") -> dict[str, Any]:
+    slo = None if args.slo is None else {"ttft": args.slo.ttft, "tpot": args.slo.tpot, "e2e": args.slo.e2e}
+    settings = {
+        "command": "bench", "client": "aiohttp", "concurrency": options.concurrency, "rate": options.rate,
+        "burstiness": options.burstiness, "duration": options.duration, "requests": options.requests,
+        "warmup": options.warmup, "seed": options.seed, "slo": slo,
+    }  # fmt: skip
+    return options_doc(str(args.directory), settings, options.watchdogs)

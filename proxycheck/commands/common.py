@@ -1,19 +1,20 @@
-"""What every command shares: exit statuses, how warnings are printed, and argument types
-(argparse `type=` functions: a bad value is one line and exit 2, never a traceback)."""
+"""What every command shares: how warnings are printed, argument types (argparse `type=`
+functions: a bad value is one line and exit 2, never a traceback) and loading a recording's
+sessions. Not a command. The exit statuses are `proxycheck.core.errors`'s."""
 
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import sys
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
-from proxycheck.core.errors import BadInput, ProxycheckError
+from proxycheck.core.errors import BadInput
 from proxycheck.core.protocol.httpsyntax import HEADER_NAME
+from proxycheck.core.replay.plan import PlannedSession
+from proxycheck.io.recordings import open_recording
 
-EXIT_OK, EXIT_FAULT, EXIT_BAD_INPUT = 0, 1, 2
 MAX_WARNINGS = 10
 
 
@@ -26,7 +27,6 @@ def print_warnings(warnings: Sequence[str]) -> None:
 
 
 # Argument types --------------------------------------------------------------------------------
-
 
 
 def _bounded(kind: Callable[[str], float], what: str, ok: Callable[[float], bool]) -> Callable[[str], float]:
@@ -81,34 +81,8 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def load_sessions(directory: str) -> list[Any]:
+def load_sessions(directory: str) -> list[PlannedSession]:
     """The recording's sessions as a replay sends them, its warnings shown (bad input: BadInput)."""
-    from proxycheck.io.recordings import open_recording
-
     loaded = open_recording(directory)
     print_warnings(loaded.warnings)
     return loaded.planned
-
-
-def reports_bad_input(body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """A command's `run`: bad input (ProxycheckError, also raised inside a task group, as when a
-    replayed session meets a full disk) becomes one line on stderr and exit status 2."""
-
-    @functools.wraps(body)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return body(args)
-        except ProxycheckError as exc:
-            print(f"proxycheck: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        except ExceptionGroup as group:
-            mine, _ = group.split(ProxycheckError)
-            if mine is None:
-                raise
-            first: BaseException = mine
-            while isinstance(first, BaseExceptionGroup):
-                first = first.exceptions[0]
-            print(f"proxycheck: {first}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-
-    return run

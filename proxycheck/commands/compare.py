@@ -1,11 +1,12 @@
 """`proxycheck compare RUN_A RUN_B`: what changed between two bench runs, and is it real.
 
-This module owns the command: loading two runs written by `proxycheck bench` (their windows are
-in run.json), the table and `--json`, and the exit status CI scripts use after a fix or a server
-change: 0 when B is no worse than A beyond `--max-regression` (by a difference whose confidence
-interval excludes zero), 1 on such a regression (fewer tokens/s, slower TTFT/TPOT/ITL/E2E, more
-failures), 2 on bad input. The statistics (block bootstrap intervals, Fisher's test on failures)
-are `proxycheck.core.bench.perf.compare`'s.
+This module owns the command: two runs written by `proxycheck bench` (read by
+`proxycheck.io.benchrun`: their windows are in run.json), the table and `--json`, and the exit
+status CI scripts use after a fix or a server change: 0 when B is no worse than A beyond
+`--max-regression` (by a difference whose confidence interval excludes zero), 1 on such a
+regression (fewer tokens/s, slower TTFT/TPOT/ITL/E2E, more failures), 2 on bad input. The
+statistics (block bootstrap intervals, Fisher's test on failures) are
+`proxycheck.core.bench.perf.compare`'s.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
-from proxycheck.commands.common import EXIT_FAULT, EXIT_OK, non_negative_int, positive_int, reports_bad_input
-from proxycheck.core.errors import BadInput
+from proxycheck.commands.common import non_negative_int, positive_int
+from proxycheck.core.bench.perf import compare
+from proxycheck.core.errors import EXIT_FAULT, EXIT_OK, BadInput
+from proxycheck.io.benchrun import load_bench
+from proxycheck.report.bench_view import render_compare
 
 DEFAULT_MAX_REGRESSION = 5.0  # percent
 DEFAULT_NOISE = 2.0  # percent: run-to-run differences of one configuration on a shared machine
@@ -67,11 +70,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(run=run)
 
 
-@reports_bad_input
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.core.bench.perf import compare
-    from proxycheck.report.bench_view import render_compare
-
     if args.noise >= 100:
         raise BadInput("--noise", f"{args.noise:g}% is no noise band (give less than 100)")
     a, b = load_bench(args.run_a), load_bench(args.run_b)
@@ -90,44 +89,3 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return EXIT_FAULT if regressions else EXIT_OK
-
-
-class BenchRun:
-    """A bench run loaded for comparison: its observations on its route, window, options, SLO."""
-
-    def __init__(self, directory: str) -> None:
-        from proxycheck.commands.bench import BENCH_KEY
-        from proxycheck.core.bench.perf import Window
-        from proxycheck.io.runstore import load_run
-
-        run = load_run(directory)
-        bench = run.meta.get(BENCH_KEY)
-        if not isinstance(bench, dict):
-            raise BadInput(directory, "not a bench run (run.json has no \"bench\"; make it with proxycheck bench)")
-        try:
-            start, end = (float(v) for v in bench["window"])
-            self.window = Window(start, end)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise BadInput(f"{directory}/run.json", f"bench window unreadable: {exc}") from None
-        self.options: dict[str, Any] = dict(run.meta.get("options") or {})
-        self.slo = slo_of(self.options, f"{directory}/run.json")
-        self.observations = run.observations
-        if not self.observations:
-            raise BadInput(directory, "the run holds no observations")
-
-
-def load_bench(directory: str) -> BenchRun:
-    return BenchRun(directory)
-
-
-def slo_of(options: dict[str, Any], where: str) -> Any:
-    """The SLO a bench run was made with (its options in run.json), or None."""
-    from proxycheck.core.bench.perf import SLO
-
-    doc = options.get("slo")
-    if doc is None:
-        return None
-    try:
-        return SLO(**doc)
-    except (TypeError, ValueError) as exc:
-        raise BadInput(where, f"bad slo {doc!r}: {exc}") from None

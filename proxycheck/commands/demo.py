@@ -23,9 +23,14 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from proxycheck.commands.common import EXIT_FAULT, EXIT_OK
+from proxycheck.commands.common import load_sessions
+from proxycheck.commands.verdicts import Reports, report_check
+from proxycheck.core.errors import EXIT_FAULT, EXIT_OK
+from proxycheck.core.replay.plan import derive_watchdogs
+from proxycheck.core.testbed.agent import AgentOptions
+from proxycheck.io.inputs import check_tls, load_chain
+from proxycheck.io.procs import Managed, start_engine, start_mitmdump
 
 # The gateway's fault: stall after 4 events once a request body passes this many bytes. The
 # agent's context grows by its tool results (about 2 KB a turn), so sessions wedge at turn 3.
@@ -54,8 +59,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.io.procs import Managed
-
     out = Path(args.out)
     _fresh(out)
     started: list[Managed] = []
@@ -82,10 +85,9 @@ def _fresh(out: Path) -> None:
         (out / name).write_text(text)
 
 
-def _story(out: Path, started: list[Any]) -> bool:
-    from proxycheck import cli
-    from proxycheck.io.agent import AgentOptions, run_agent
-    from proxycheck.io.procs import start_engine, start_mitmdump
+def _story(out: Path, started: list[Managed]) -> bool:
+    # io.agent and io.diagnosis load httpx and aiohttp: imported when the demo runs, not at every start.
+    from proxycheck.io.agent import run_agent
 
     _say("1/4 starting the reference engine and two mitmproxy hops: client -> edge (records) -> gateway -> engine")
     engine = start_engine("--token-interval", "0.01", "--ttft-per-kb", "0.001", "--tool-call-rate", "0.9")
@@ -117,8 +119,7 @@ def _story(out: Path, started: list[Any]) -> bool:
     chain.write_text(f'engine = "{engine.url}"\n[[hop]]\nname = "edge"\nurl = "{edge.url}"\n'
                      f'[[hop]]\nname = "gateway"\nurl = "{gateway.url}"\n')  # fmt: skip
     _say(f"3/4 proxycheck check {recording} --chain {chain}")
-    check = ["check", str(recording), "--chain", str(chain), "--stall-timeout", str(STALL_TIMEOUT)]
-    status = cli.main([*check, "--out", str(out / "check-run"), "--html", str(out / "report.html")])
+    status = _check(recording, chain, out / "check-run", Reports(html=str(out / "report.html")))
     sys.stdout.flush()
     found = json.loads((out / "check-run" / "verdict.json").read_text())
     if status != EXIT_FAULT or found["culprit"] != "gateway":
@@ -129,7 +130,7 @@ def _story(out: Path, started: list[Any]) -> bool:
     gateway.stop()
     started.remove(gateway)
     started.append(start_mitmdump(*gateway_args, port=gateway.port))
-    status = cli.main([*check, "--out", str(out / "fixed-run")])
+    status = _check(recording, chain, out / "fixed-run", Reports())
     sys.stdout.flush()
     fixed = json.loads((out / "fixed-run" / "verdict.json").read_text())
     if status != EXIT_OK:
@@ -138,6 +139,22 @@ def _story(out: Path, started: list[Any]) -> bool:
     _say(f"    regression replay clean: {fixed['verdict']} — the wedge recorded at turn {found['first_turn']} "
          "is gone with the gateway fixed")  # fmt: skip
     return True
+
+
+def _check(recording: Path, chain_file: Path, run: Path, reports: Reports) -> int:
+    """`proxycheck check RECORDING --chain CHAIN --stall-timeout STALL_TIMEOUT --out RUN`, as the
+    command runs it (its progress, its verdict and reports); its exit status."""
+    # io.diagnosis and io.replayer load httpx and aiohttp: imported when the demo runs.
+    from proxycheck.io.diagnosis import CheckRun, CheckSettings
+    from proxycheck.io.replayer import ReplayOptions
+
+    chain = load_chain(str(chain_file))
+    routes = {name: chain.route(name) for name in chain.ladder()}
+    check_tls(routes.values())
+    sessions = load_sessions(str(recording))
+    options = ReplayOptions(watchdogs=derive_watchdogs(sessions).with_overrides(stall=STALL_TIMEOUT), chain=chain)
+    check = CheckRun(str(recording), chain, routes, sessions, options, CheckSettings(), str(run))
+    return report_check(check, reports)
 
 
 def _say(text: str) -> None:

@@ -17,10 +17,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from proxycheck.commands.common import print_warnings, reports_bad_input
-from proxycheck.commands.verdicts import FAIL_ON, add_report_flags, emit, hops_by_route, ladder_of
+from proxycheck.commands.common import print_warnings
+from proxycheck.commands.flags import FAIL_ON, add_report_flags
+from proxycheck.commands.verdicts import Reports, emit
+from proxycheck.core.diagnose.localize import MAX_REPEAT, Decided, Localizer
+from proxycheck.core.diagnose.runverdict import RunPlan, holdings, run_verdict
+from proxycheck.core.diagnose.verdict import INCOMPLETE
 from proxycheck.core.errors import BadInput
 from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.replay.chain import doc_hops_by_route, doc_ladder
+from proxycheck.io.runstore import RUN_FILE, load_run
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -36,13 +42,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(run=run)
 
 
-@reports_bad_input
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.core.diagnose.localize import Decided, Localizer
-    from proxycheck.core.diagnose.runverdict import holdings, run_verdict
-    from proxycheck.core.diagnose.verdict import INCOMPLETE
-    from proxycheck.io.runstore import RUN_FILE, load_run
-
     run_ = load_run(args.run_dir)
     print_warnings([str(w) for w in run_.warnings])
     where = str(Path(args.run_dir) / RUN_FILE)
@@ -52,10 +52,10 @@ def run(args: argparse.Namespace) -> int:
     observed = {o.route for o in run_.observations}
     if not observed and plan.finished:
         raise BadInput(args.run_dir, "holds no observations")
-    ladder = ladder_of(chain, sorted(observed | set(plan.routes)), args.run_dir)
+    ladder = doc_ladder(chain, sorted(observed | set(plan.routes)), args.run_dir)
 
     def localizer(fail_on: frozenset[Outcome]) -> Localizer:
-        return Localizer(ladder, hops_by_route(chain, ladder), strategy=settings["strategy"],
+        return Localizer(ladder, doc_hops_by_route(chain, ladder), strategy=settings["strategy"],
                          repeat=settings["repeat"], max_repeat=settings["max_repeat"], fail_on=fail_on,
                          run=str(args.run_dir), greedy=settings["greedy"])  # fmt: skip
 
@@ -74,15 +74,13 @@ def run(args: argparse.Namespace) -> int:
         assert isinstance(step, Decided)  # final: it never asks for a replay
         verdict = step.verdict
     judged = {name: loc.judged(name) for name in ladder if loc.replayed(name)}
-    return emit(replace(verdict, sessions=run_.session_names), judged, args)
+    return emit(replace(verdict, sessions=run_.session_names), judged, Reports.of(args))
 
 
-def run_plan(meta: Mapping[str, Any], where: str) -> Any:
+def run_plan(meta: Mapping[str, Any], where: str) -> RunPlan:
     """What a run was to hold, from its run.json: its routes and status, whether `check` made it,
     the repetitions `replay` was asked for, the turns of each session (runs made before run.json
     kept them have none: their last repetition then counts as whole only in a finished run)."""
-    from proxycheck.core.diagnose.runverdict import RunPlan
-
     options = meta.get("options") or {}
     if not isinstance(options, Mapping):
         raise BadInput(where, "options is not an object")
@@ -105,12 +103,10 @@ def run_plan(meta: Mapping[str, Any], where: str) -> Any:
 
 def _settings(options: Mapping[str, Any], driven: bool, where: str) -> dict[str, Any]:
     """The localizer's settings the run was made with (a check's; defaults for other runs)."""
-    from proxycheck.core.diagnose.localize import MAX_REPEAT as DEFAULT_MAX_REPEAT
-
     strategy = options.get("strategy", "ladder")
     if strategy not in ("ladder", "bisect"):
         raise BadInput(where, f"options.strategy {strategy!r} is not ladder or bisect")
-    out: dict[str, Any] = {"strategy": strategy, "repeat": 1, "max_repeat": DEFAULT_MAX_REPEAT}
+    out: dict[str, Any] = {"strategy": strategy, "repeat": 1, "max_repeat": MAX_REPEAT}
     for name in ("repeat", "max_repeat") if driven else ():
         value = options.get(name, out[name])
         if not _count(value):

@@ -7,13 +7,14 @@ import argparse
 import asyncio
 import logging
 import sys
-from typing import TYPE_CHECKING
 
-from proxycheck.commands.common import EXIT_OK, non_negative_number, parse_listen, print_warnings, probability
-from proxycheck.core.errors import BadInput
-
-if TYPE_CHECKING:
-    from proxycheck.core.testbed.recorded_answers import ReplayMatcher
+from proxycheck.commands.common import non_negative_number, parse_listen, print_warnings, probability
+from proxycheck.core.errors import EXIT_OK, BadInput
+from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
+from proxycheck.core.testbed import synth
+from proxycheck.core.testbed.faultspec import parse_fault
+from proxycheck.core.testbed.recorded_answers import ReplayMatcher
+from proxycheck.io.recordings import open_recording
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -54,21 +55,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(run=run)
 
 
-def load_replay(directory: str) -> "ReplayMatcher":
+def load_replay(directory: str) -> ReplayMatcher:
     """The matcher for a recording; BadInput (before any server starts) when it is unusable."""
-    from proxycheck.core.testbed.recorded_answers import ReplayMatcher
-    from proxycheck.io.storage import load
-
-    recording = load(directory)
-    print_warnings([str(w) for w in recording.warnings])
+    loaded = open_recording(directory, session_headers=DEFAULT_SESSION_HEADERS)  # grouped as the matcher groups
+    recording = loaded.recording
+    print_warnings(loaded.warnings)
     if not recording.exchanges:
         raise BadInput(directory, "the recording holds no exchanges to replay")
-    return ReplayMatcher(recording.exchanges, recording.piece)
+    return ReplayMatcher(recording.exchanges, recording.piece, sessions=loaded.summaries)
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.core.testbed import synth
-    from proxycheck.core.testbed.faultspec import parse_fault
+    # io.engine loads aiohttp: imported when the engine runs, not at every command's start.
     from proxycheck.io.engine import EngineConfig, announce, serve
 
     host, port = parse_listen(args.listen)

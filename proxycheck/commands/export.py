@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from proxycheck.commands.common import EXIT_OK, print_warnings
+from proxycheck.commands.common import print_warnings
+from proxycheck.core.errors import EXIT_OK
+from proxycheck.io.har import har_document, write_har
+from proxycheck.io.recordings import open_recording
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,12 +29,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.io.har import har_document, write_har
-    from proxycheck.io.storage import load
-
-    recording = load(args.directory)
-    print_warnings([str(w) for w in recording.warnings])
-    document = har_document(recording)
+    loaded = open_recording(args.directory)
+    print_warnings(loaded.warnings)
+    document = har_document(loaded.recording)
     write_har(document, args.har)
     entries = document["log"]["entries"]
     inflight = sum(1 for e in entries if e.get("_proxycheck_inflight"))

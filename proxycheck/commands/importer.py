@@ -12,27 +12,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from proxycheck.commands.common import EXIT_OK, print_warnings
-from proxycheck.core.errors import BadInput
-
-if TYPE_CHECKING:
-    from proxycheck.io.har import ImportResult
+from proxycheck.commands.common import print_warnings
+from proxycheck.core.errors import EXIT_OK, BadInput
+from proxycheck.io.flowfile import read_flows
+from proxycheck.io.har import ImportResult, check_out_directory, read_har, write_recording
 
 NAME = "import"
-
-
-def _readers() -> "dict[str, Callable[[str], ImportResult]]":
-    from proxycheck.io.har import read_har
-
-    def read_flows(path: str) -> "ImportResult":
-        # mitmproxy is imported only for .flow files: HAR imports stay light.
-        from proxycheck.io.flowfile import read_flows
-
-        return read_flows(path)
-
-    return {".har": read_har, ".zhar": read_har, ".flow": read_flows}
+# io.flowfile imports mitmproxy only inside read_flows: HAR imports stay light.
+READERS: dict[str, Callable[[str], ImportResult]] = {".har": read_har, ".zhar": read_har, ".flow": read_flows}
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -49,20 +38,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(run=run)
 
 
-def read(path: str) -> "ImportResult":
+def read(path: str) -> ImportResult:
     """The exchanges of FILE by its extension; BadInput for an unknown extension."""
-    readers = _readers()
-    reader = readers.get(Path(path).suffix.lower())
+    reader = READERS.get(Path(path).suffix.lower())
     if reader is None:
-        raise BadInput(path, f"unknown file type (expected {', '.join(readers)})")
+        raise BadInput(path, f"unknown file type (expected {', '.join(READERS)})")
     if not Path(path).is_file():
         raise BadInput(path, "no such file")
     return reader(path)
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.io.har import check_out_directory, write_recording
-
     check_out_directory(args.out)
     result = read(args.file)
     result.keep(args.all)
@@ -72,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _skipped(result: "ImportResult") -> str:
+def _skipped(result: ImportResult) -> str:
     notes = []
     if result.skipped_not_llm:
         notes.append(f"{result.skipped_not_llm} not LLM requests (--all imports them)")

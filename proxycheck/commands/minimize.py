@@ -7,7 +7,8 @@ finds it (the culprit hop's route, or direct when the engine fails). Writes an o
 recording to --out with `minimized.json` (the trigger summary) in it. Exit 0 when it minimized
 (also when the budget ran out first: the result is then marked incomplete), 1 when there is no
 failure to minimize, 2 on bad input; on Ctrl-C the smallest failing candidate found so far is
-written (marked incomplete) and the exit status is 130.
+written (marked incomplete) and the exit status is the interrupt's. The route is found by
+`proxycheck.io.diagnosis.locate_route`.
 """
 
 from __future__ import annotations
@@ -15,15 +16,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from pathlib import Path
-from typing import Any, Callable
 
-from proxycheck.commands.common import EXIT_FAULT, EXIT_OK, load_sessions, positive_int, positive_seconds, reports_bad_input
-from proxycheck.commands.replay import add_greedy_flag, add_watchdog_flags
-from proxycheck.core.errors import BadInput
+from proxycheck.commands.common import positive_int, positive_seconds, print_warnings
+from proxycheck.commands.flags import add_greedy_flag, add_watchdog_flags, watchdogs_of
+from proxycheck.core.errors import EXIT_FAULT, EXIT_INTERRUPTED, EXIT_OK, BadInput
+from proxycheck.core.minimize.ddmin import Budget
+from proxycheck.io.inputs import check_tls, load_chain
+from proxycheck.io.minimizer import describe, minimize
+from proxycheck.io.recordings import open_recording
+from proxycheck.report.progress import minimize_progress
 
 DEFAULT_BUDGET = 200
-EXIT_INTERRUPTED = 130
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -51,13 +56,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(run=run)
 
 
-@reports_bad_input
 def run(args: argparse.Namespace) -> int:
-    import time
-
-    from proxycheck.commands.replay import check_tls, load_chain, watchdogs_of
-    from proxycheck.core.minimize.ddmin import Budget
-    from proxycheck.io.minimizer import NotReproduced, describe, minimize
+    # io.diagnosis drives replays (httpx, aiohttp): imported when a route is looked for.
+    from proxycheck.io.diagnosis import locate_route
 
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -66,57 +67,22 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("--route", f"expected via:HOP or direct, got {args.route!r}")
     chain = load_chain(args.chain)
     check_tls([chain.route(name) for name in chain.ladder()] if args.route is None else [chain.route(args.route)])
-    sessions = load_sessions(args.directory)
+    loaded = open_recording(args.directory)  # opened once: planned here, its candidates built from it
+    print_warnings(loaded.warnings)
+    sessions = loaded.planned
     watchdogs = watchdogs_of(args, sessions)
     budget = Budget(replays=args.budget, seconds=args.time, start=time.monotonic())
-
-    def progress(line: str) -> None:
-        print(f"proxycheck: minimize: {line}", file=sys.stderr, flush=True)
-
     route, culprit = args.route, None
-    try:
+    if route is None:
+        route, culprit = asyncio.run(locate_route(sessions, chain, watchdogs, budget, minimize_progress, args.greedy))
         if route is None:
-            route, culprit = asyncio.run(find_route(sessions, chain, watchdogs, budget, progress, args.greedy))
-            if route is None:
-                print(f"proxycheck: {args.directory}: nothing to minimize: {culprit['says']}", file=sys.stderr)
-                return EXIT_FAULT
-        result = asyncio.run(minimize(
-            args.directory, chain, route, args.out, budget=budget, progress=progress, culprit=culprit,
-            watchdogs=watchdogs, any_failure=args.any_failure, greedy=args.greedy,
-        ))  # fmt: skip
-    except NotReproduced as exc:
-        print(f"proxycheck: {exc}", file=sys.stderr)
-        return EXIT_FAULT
+            print(f"proxycheck: {args.directory}: nothing to minimize: {culprit['says']}", file=sys.stderr)
+            return EXIT_FAULT
+    result = asyncio.run(minimize(
+        args.directory, chain, route, args.out, budget=budget, progress=minimize_progress, culprit=culprit,
+        watchdogs=watchdogs, any_failure=args.any_failure, greedy=args.greedy, recording=loaded,
+    ))  # fmt: skip
     for line in describe(result.summary):
         print(line)
     print(f"minimized recording: {result.out}")
     return EXIT_INTERRUPTED if result.interrupted else EXIT_OK
-
-
-async def find_route(sessions: list[Any], chain: Any, watchdogs: Any, budget: Any,
-                     progress: Callable[[str], None], greedy: bool = False) -> tuple[str | None, dict[str, Any]]:  # fmt: skip
-    """The route to minimize over, found as `check` finds the culprit (replays the ladder at the
-    pace minimize replays at): via the culprit hop, or direct for the engine; None when no route
-    fails. The replays count against the budget."""
-    from proxycheck.commands.check import drive, make_localizer
-    from proxycheck.core.diagnose.verdict import ENGINE, PROXY, SERVER
-    from proxycheck.io.minimizer import minimize_options
-
-    options = minimize_options(watchdogs, chain, greedy=greedy)
-    routes = {name: chain.route(name) for name in chain.ladder()}
-    progress(f"no --route: looking for the failing route first, as check does ({len(routes)} routes)")
-    localizer = make_localizer(sessions, routes, options)
-    replays: set[tuple[str, int]] = set()  # one replay: a route's repetition
-
-    def count(obs: Any) -> None:
-        replays.add((obs.route, obs.repetition))
-
-    verdict = await drive(localizer, sessions, routes, options, "minimize-locate", count)
-    budget.spend(len(replays))
-    doc = {"verdict": verdict.verdict, "culprit": verdict.culprit, "says": verdict.summary, "replays": len(replays)}
-    progress(f"{verdict.verdict}: {verdict.summary} ({len(replays)} replays)")
-    if verdict.verdict == PROXY and verdict.culprit:
-        return f"via:{verdict.culprit}", doc
-    if verdict.verdict == SERVER and verdict.culprit == ENGINE:
-        return "direct", doc
-    return None, doc

@@ -25,18 +25,16 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
-from proxycheck.commands.common import (
-    EXIT_FAULT,
-    EXIT_OK,
-    positive_int,
-    positive_seconds,
-    print_warnings,
-    reports_bad_input,
-)
-from proxycheck.core.errors import BadInput, StorageError
+from rich.console import Console
+
+from proxycheck.commands.common import positive_int, positive_seconds, print_warnings
+from proxycheck.core.errors import EXIT_FAULT, EXIT_OK, BadInput, StorageError
+from proxycheck.core.probe.findings import ProbeReport, document, exit_failed
 from proxycheck.core.probe.searches import DIALECTS, PROBES
+from proxycheck.io.inputs import check_tls, load_chain
+from proxycheck.report.probe_view import render_probe
+from proxycheck.report.progress import ProbeProgress
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)(i?[bB])?\s*$")
 _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -89,9 +87,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(run=run)
 
 
-@reports_bad_input
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.commands.replay import check_tls, load_chain
+    # io.prober loads httpx: imported when probing, not at every command's start.
     from proxycheck.io.prober import ProbeOptions, probe_routes
 
     chain = load_chain(args.chain)
@@ -111,22 +108,10 @@ def run(args: argparse.Namespace) -> int:
         max_idle=args.max_idle, max_gap=args.max_gap, max_concurrency=args.max_concurrency, timeout=args.timeout,
         max_tokens_total=args.max_tokens_total,
     )  # fmt: skip
-    report = asyncio.run(probe_routes(routes, options, chain=args.chain, engine=chain.engine, listener=_Progress()))
+    report = asyncio.run(probe_routes(routes, options, chain=args.chain, engine=chain.engine, listener=ProbeProgress()))
     print_warnings(list(report.warnings))
     _emit(report, args.json)
-    from proxycheck.core.probe.findings import exit_failed
-
     return EXIT_FAULT if exit_failed(report) else EXIT_OK
-
-
-class _Progress:
-    """One line on stderr per probe and route, as each ends (probes take seconds each)."""
-
-    def finished(self, result: Any) -> None:
-        from proxycheck.core.probe.findings import TITLES, cell_text
-
-        print(f"proxycheck: {result.route}: {TITLES.get(result.probe, result.probe)}: {cell_text(result)}",
-              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _check_writable(path: Path) -> None:
@@ -139,12 +124,7 @@ def _check_writable(path: Path) -> None:
         raise BadInput(str(path), f"cannot be written: {parent} is not a directory")
 
 
-def _emit(report: Any, json_to: str | None) -> None:
-    from rich.console import Console
-
-    from proxycheck.core.probe.findings import document
-    from proxycheck.report.probe_view import render_probe
-
+def _emit(report: ProbeReport, json_to: str | None) -> None:
     text = json.dumps(document(report), indent=2) + "\n"
     if json_to == "-":
         render_probe(report, Console(file=sys.stderr, soft_wrap=False))

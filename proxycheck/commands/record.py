@@ -10,10 +10,10 @@ runs, and stopping it so that nothing already recorded is lost:
 * Start: mitmdump reports `listening at ADDR:PORT` once it listens (so `--listen HOST:0` works,
   and the real port is printed); a mitmdump that exits during start-up (port in use, an option
   the recorder refuses) is one line, `proxycheck: mitmdump did not start: ...`, and exit 2.
-* Live view (rich, on stderr, about once a second): exchanges, in flight, failed and bytes come
-  from reading the journal incrementally (`JournalTail`: only the new bytes each time); the
-  session count comes from loading and summarizing the recording every few seconds (less often
-  when that gets slow), so it may lag behind while recording.
+* Live view (rich, on stderr, about once a second; `proxycheck.report.live_view`): exchanges, in
+  flight, failed and bytes come from reading the journal incrementally
+  (`proxycheck.io.recordings.JournalTail`: only the new bytes each time); the session count
+  follows the same records, analysing only the exchanges they changed, every few seconds.
 * Stop (Ctrl-C or SIGTERM): mitmdump gets SIGINT, so the recorder closes the journal and marks
   in-flight exchanges as interrupted; after a bounded wait it is terminated. Then a summary line
   and the sessions table are printed on stdout.
@@ -22,23 +22,21 @@ runs, and stopping it so that nothing already recorded is lost:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from proxycheck.commands.common import EXIT_OK, header_name, http_url, parse_listen, print_warnings
-from proxycheck.core.errors import BadInput, ProxycheckError
+from proxycheck.commands.common import header_name, http_url, parse_listen, print_warnings
+from proxycheck.core.errors import EXIT_OK, BadInput, ProcessError, ProxycheckError
 from proxycheck.core.recording.journal import JOURNAL_FILE, META_FILE
+from proxycheck.io.procs import Managed, mitmdump_path
 
 REFRESH = 1.0  # seconds between live-view updates
-SESSIONS_EVERY = 2.0  # at least this many seconds between session counts (a full load each)
 START_TIMEOUT = 60.0  # mitmdump takes a few seconds to import on a slow machine
 STARTUP_SETTLE = 0.5  # mitmdump exits shortly *after* listening when start-up logged an error
 STOP_TIMEOUT = 10.0  # how long the recorder may take to close the journal after SIGINT
@@ -78,8 +76,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def mitmdump_args(args: argparse.Namespace, host: str, port: int) -> list[str]:
     """mitmdump's command line for these arguments."""
-    from proxycheck.hops import record as recorder
-    from proxycheck.io.procs import mitmdump_path
+    from proxycheck.hops import record as recorder  # for its file only; it imports mitmproxy (slow)
 
     if args.mode == "reverse":
         mode = f"reverse:{args.upstream}"
@@ -112,94 +109,6 @@ def check_arguments(args: argparse.Namespace) -> tuple[str, int]:
 
 
 # --------------------------------------------------------------------------------------------
-# Reading the journal as it grows
-
-
-@dataclass
-class JournalTail:
-    """Counts from a journal, reading only what was appended since the last `poll()`."""
-
-    path: Path
-    exchanges: int = 0
-    failed: int = 0
-    response_bytes: int = 0
-    inflight: set[int] = field(default_factory=set)
-    offset: int = 0  # bytes of the journal read so far
-    _partial: bytes = b""
-
-    def poll(self) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return  # the recorder has not opened it yet
-        self.offset += len(data)
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()  # an incomplete last line waits for its end
-        for rec in _records(lines):
-            self._count(rec)
-
-    def _count(self, rec: dict[str, Any]) -> None:
-        kind, xid = rec.get("k"), rec.get("x")
-        if kind == "req":
-            self.exchanges += 1
-            self.inflight.add(xid)  # type: ignore[arg-type]
-        elif kind == "end":
-            self.inflight.discard(xid)  # type: ignore[arg-type]
-        elif kind == "error":
-            self.inflight.discard(xid)  # type: ignore[arg-type]
-            self.failed += 1
-        elif kind == "data":
-            self.response_bytes += sum(n for _, n in rec.get("c") or () if isinstance(n, int))
-        elif kind == "close":
-            self.inflight.clear()  # the recorder stopped: what was in flight is interrupted
-
-
-def _records(lines: list[bytes]) -> Iterator[dict[str, Any]]:
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # the loader reports damaged lines; the live view just counts
-        if isinstance(rec, dict):
-            yield rec
-
-
-@dataclass
-class SessionCount:
-    """The number of sessions, from a full load of the recording when the journal has grown, at
-    most every SESSIONS_EVERY seconds (rarer when loads get slow: at most 5% of the time)."""
-
-    directory: Path
-    sessions: int | None = None
-    _next: float = 0.0
-    _seen: int = -1
-
-    def maybe_update(self, now: float, journal_size: int) -> None:
-        if now < self._next or journal_size == self._seen or not (self.directory / META_FILE).exists():
-            return
-        started = time.monotonic()
-        try:
-            self.sessions = len(summarize_recording(str(self.directory))[1])
-            self._seen = journal_size
-        except ProxycheckError:
-            pass  # a half-written recording: try again later
-        cost = time.monotonic() - started
-        self._next = now + max(SESSIONS_EVERY, 20 * cost)
-
-
-def summarize_recording(directory: str) -> tuple[Any, list[Any]]:
-    """(recording, sessions) as `proxycheck sessions` groups them."""
-    from proxycheck.io.recordings import open_recording
-
-    loaded = open_recording(directory)
-    return loaded.recording, loaded.summaries
-
-
-# --------------------------------------------------------------------------------------------
 # Running
 
 
@@ -220,10 +129,8 @@ class StopSignal:
             signal.signal(sig, handler)
 
 
-def start_recorder(argv: list[str], host: str) -> Any:
+def start_recorder(argv: list[str], host: str) -> Managed:
     """mitmdump, listening; BadInput with its own error when it does not start."""
-    from proxycheck.io.procs import Managed, ProcessError
-
     # Port 0 for Managed: readiness is mitmdump's own "listening at" line, never a port that
     # some other process may already hold.
     try:
@@ -282,8 +189,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"proxycheck record: listening at {address} ({_describe(args)}), recording to {args.out}; Ctrl-C stops",
               file=sys.stderr, flush=True)  # fmt: skip
         with StopSignal() as stop:
-            crashed = _watch(proc, JournalTail(Path(args.out) / JOURNAL_FILE), SessionCount(Path(args.out)),
-                             stop.event, address)  # fmt: skip
+            crashed = _watch(proc, Path(args.out), stop.event, address)
     finally:
         status = _stop(proc)
     _final_report(args.out)
@@ -298,11 +204,16 @@ def _describe(args: argparse.Namespace) -> str:
     return f"forward proxy via {args.upstream}" if args.upstream else "forward proxy"
 
 
-def _watch(proc: Any, tail: JournalTail, counter: SessionCount, stop: threading.Event, address: str) -> bool:
+def _watch(proc: Any, out: Path, stop: threading.Event, address: str) -> bool:
     """Show the live view until asked to stop; True when mitmdump died on its own."""
+    # Imported here, as rich is: they load only once a recording runs, not with every command.
     from rich.console import Console
     from rich.live import Live
 
+    from proxycheck.io.recordings import JournalTail
+    from proxycheck.report.live_view import SessionCount, live_line
+
+    tail, counter = JournalTail(out / JOURNAL_FILE), SessionCount(out)
     started = time.monotonic()
     console = Console(stderr=True, highlight=False)
     # Transient: once stopped, the final report replaces the live line.
@@ -311,29 +222,11 @@ def _watch(proc: Any, tail: JournalTail, counter: SessionCount, stop: threading.
             if not proc.alive():
                 return True
             now = time.monotonic()
-            tail.poll()
+            counter.add(tail.poll())
             counter.maybe_update(now, tail.offset)
-            live.update(_view(tail, counter, address, now - started), refresh=True)
+            live.update(live_line(tail, counter, address, now - started), refresh=True)
             stop.wait(REFRESH)
     return False
-
-
-def _view(tail: JournalTail, counter: SessionCount, address: str, elapsed: float) -> Any:
-    """One line: `recording ADDR  sessions S  exchanges N (I in flight, F failed)  BYTES  TIME`."""
-    from rich.text import Text
-
-    from proxycheck.report.sessions_view import human_bytes
-
-    text = Text()
-    text.append("recording ", style="bold")
-    text.append(f"{address}  sessions ")
-    text.append("?" if counter.sessions is None else str(counter.sessions), style="bold")
-    text.append("  exchanges ")
-    text.append(str(tail.exchanges), style="bold")
-    text.append(f" ({len(tail.inflight)} in flight", style="yellow" if tail.inflight else "dim")
-    text.append(f", {tail.failed} failed)", style="red" if tail.failed else "dim")
-    text.append(f"  {human_bytes(tail.response_bytes)}  {int(elapsed) // 60}m{int(elapsed) % 60:02d}s")
-    return text
 
 
 def _stop(proc: Any) -> int | None:
@@ -350,8 +243,11 @@ def _stop(proc: Any) -> int | None:
 
 
 def _final_report(out: str) -> None:
+    from proxycheck.io.recordings import open_recording
+
     try:
-        recording, sessions = summarize_recording(out)
+        loaded = open_recording(out)
+        recording, sessions = loaded.recording, loaded.summaries
     except ProxycheckError:
         print(f"proxycheck record: {out}: nothing recorded", flush=True)
         return

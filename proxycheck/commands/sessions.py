@@ -6,8 +6,14 @@ import argparse
 import json
 import sys
 
-from proxycheck.commands.common import EXIT_OK, print_warnings
+from rich.console import Console
+
+from proxycheck.commands.common import print_warnings
+from proxycheck.core.errors import EXIT_OK
 from proxycheck.core.recording.sessions import DEFAULT_SESSION_FIELDS, DEFAULT_SESSION_HEADERS
+from proxycheck.core.recording.summary import to_json
+from proxycheck.io.recordings import open_recording
+from proxycheck.report.sessions_view import sessions_view
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -36,9 +42,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from proxycheck.core.recording.summary import to_json
-    from proxycheck.io.recordings import open_recording
-
     loaded = open_recording(
         args.directory,
         session_headers=tuple(args.session_header or ()) or None,
@@ -51,9 +54,5 @@ def run(args: argparse.Namespace) -> int:
         json.dump(to_json(args.directory, sessions, warnings), sys.stdout, indent=2)
         sys.stdout.write("\n")
         return EXIT_OK
-    from rich.console import Console
-
-    from proxycheck.report.sessions_view import sessions_view
-
     Console(highlight=False).print(sessions_view(args.directory, sessions, turns=args.turns))
     return EXIT_OK

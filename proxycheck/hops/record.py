@@ -90,6 +90,7 @@ from proxycheck.core.protocol.httpsyntax import HEADER_NAME
 from proxycheck.core.recording.capture import ConnectionBook, coalesce, header_text, safe_mode, tee_response
 from proxycheck.core.recording.redact import RedactionPolicy
 from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
+from proxycheck.core.replay.marker import REPLAY_HEADER
 from proxycheck.io.storage import RecordingWriter
 
 __all__ = ["REPLAY_HEADER", "Recorder", "RecorderConfig", "addons", "parse_config"]
@@ -97,7 +98,6 @@ __all__ = ["REPLAY_HEADER", "Recorder", "RecorderConfig", "addons", "parse_confi
 logger = logging.getLogger(__name__)
 
 PREFIX = "proxycheck_"
-REPLAY_HEADER = "x-proxycheck-replay"
 FLUSH_EVERY = 0.5  # seconds between timer flushes: kill -9 loses at most about this much
 COALESCE = 0.001  # chunks arriving within this many seconds of each other are journaled as one
 HOLD_MAX = 256 << 10  # bytes held for one exchange before they go to the writer without the timer

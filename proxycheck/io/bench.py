@@ -37,8 +37,9 @@ import aiohttp
 
 from proxycheck.core.bench.perf import Window
 from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.exchange.watchdogs import Watchdogs
 from proxycheck.core.replay.chain import Route
-from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, Watchdogs
+from proxycheck.core.replay.plan import PlannedSession, PlannedTurn
 from proxycheck.io.observe import ConnState, aiohttp_trace_config, observe_aiohttp
 from proxycheck.io.replayer import collector_out_of_the_way, request_headers, tls_context
 

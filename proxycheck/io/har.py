@@ -42,9 +42,9 @@ from proxycheck.core.errors import BadInput
 from proxycheck.core.protocol import dialects
 from proxycheck.core.recording.journal import RecordedExchange
 from proxycheck.core.recording.redact import REDACTED, REDACTED_TEXT, HeaderValue, RedactionPolicy
+from proxycheck.core.replay.marker import REPLAY_HEADER
 from proxycheck.io.storage import RecordingWriter
 
-REPLAY_HEADER = "x-proxycheck-replay"
 # Headers that describe the body's encoding on the wire: a HAR's text is decoded, so they lie.
 _WIRE_ENCODING_HEADERS = frozenset({"content-encoding", "content-length"})
 _TIMING_BEFORE_HEADERS = ("blocked", "dns", "connect", "send", "wait")

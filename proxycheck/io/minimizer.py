@@ -1,8 +1,9 @@
 """`proxycheck minimize`: the smallest part of a recording that still breaks a route.
 
 Drives the sans-IO search core (`proxycheck.core.minimize.ddmin`) with real replays: each candidate is an
-ordinary recording written with `write_subset` into a temporary directory, planned like any
-recording (`proxycheck.io.recordings`) and replayed over the culprit route at the recorded pace. A candidate
+ordinary recording built in memory from the chosen exchanges (`subset_recording`: what
+`write_subset` would write), planned like any recording (`proxycheck.io.recordings`) and replayed
+over the culprit route at the recorded pace. A candidate
 "fails" when one of its exchanges fails on the route the way the whole recording did (the same
 outcome, e.g. `stall_mid_stream`; any failure with `any_failure`) in one of its tries (`Trials`,
 from how often the whole recording failed) and the direct route stays clean on it. A failure of
@@ -31,19 +32,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from proxycheck.core.errors import BadInput
+from proxycheck.core.errors import BadInput, NotReproduced
 from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.minimize.ddmin import Bisect, Budget, Candidate, DDMin, Trials
 from proxycheck.core.minimize.shrink import drop_units, message_units, shrink_to
 from proxycheck.core.recording.sessions import attempt_text
+from proxycheck.io.recordings import LoadedRecording, open_recording
+from proxycheck.io.subset import subset_recording, write_subset
 
 SUMMARY_FILE = "minimized.json"
 SCHEMA = "proxycheck.minimized/1"
@@ -52,10 +53,6 @@ BASELINE_RUNS = 2
 SIZE_REL_TOL = 0.05
 THINK_MIN = 0.1  # think times shorter than this are not bisected
 THINK_ABS_TOL = 0.05
-
-
-class NotReproduced(Exception):
-    """The whole recording never failed on the route: nothing to minimize."""
 
 
 @dataclass(frozen=True)
@@ -69,11 +66,11 @@ class _State:
 
 @dataclass
 class _Found:
-    """A candidate seen failing: its state, plan and the failing try's observations."""
+    """A candidate seen failing: its state, plan and the failing try's observations (a
+    candidate keeps the original's exchange numbers)."""
 
     state: _State
     plan: list[Any]
-    xmap: dict[int, int]  # the candidate recording's xid -> the original's
     observations: list[Any]
     matches: Callable[[Any], bool]  # an observation failing the way that counts
 
@@ -117,32 +114,29 @@ async def minimize(
     any_failure: bool = False,
     culprit: dict[str, Any] | None = None,
     greedy: bool = False,
+    recording: LoadedRecording | None = None,
 ) -> MinimizeResult:
     """Minimize the recording at `recording_dir` against `route_name` of `chain` into `out`.
     `culprit`: how the route was found, when the command looked for it (kept in the summary);
     `watchdogs`: the replays' (default: derived from the recording); `greedy`: every replay with
-    greedy sampling parameters (`--greedy`)."""
+    greedy sampling parameters (`--greedy`); `recording`: the recording already opened (by the
+    command), so it is not loaded again."""
     m = _Minimizer(recording_dir, chain, route_name, budget, progress or (lambda _: None),
-                   watchdogs=watchdogs, any_failure=any_failure, greedy=greedy)  # fmt: skip
+                   watchdogs=watchdogs, any_failure=any_failure, greedy=greedy, loaded=recording)  # fmt: skip
     m.culprit = culprit
-    try:
-        return await m.run(out)
-    finally:
-        shutil.rmtree(m.tmp, ignore_errors=True)
+    return await m.run(out)
 
 
 class _Minimizer:
     def __init__(self, recording_dir: str, chain: Any, route_name: str, budget: Budget,
                  progress: Callable[[str], None], *, watchdogs: Any, any_failure: bool,
-                 greedy: bool = False) -> None:  # fmt: skip
-        from proxycheck.io.recordings import open_recording
-        from proxycheck.io.storage import load
-
+                 greedy: bool = False, loaded: LoadedRecording | None = None) -> None:  # fmt: skip
         self.recording_dir = recording_dir
         self.route = chain.route(route_name)
         self.direct = chain.route("direct")
-        self.recording = load(recording_dir)
-        self.original = open_recording(recording_dir).planned
+        self.loaded = loaded if loaded is not None else open_recording(recording_dir)
+        self.recording = self.loaded.recording
+        self.original = self.loaded.planned
         if watchdogs is None:
             from proxycheck.core.replay.plan import derive_watchdogs
 
@@ -158,8 +152,6 @@ class _Minimizer:
         self.run_id = f"minimize-{uuid.uuid4().hex[:12]}"
         self.started = self.now()
         self.interrupted = False
-        self.tmp = tempfile.mkdtemp(prefix="proxycheck-minimize-")
-        self.count = 0
         self.trials: Trials | None = None
         self.tries: list[int] = []  # tries spent on each candidate
         self.best: _Found | None = None
@@ -187,25 +179,20 @@ class _Minimizer:
         self.budget.spend(1)
         return got
 
-    def materialize(self, state: _State) -> tuple[list[Any], dict[int, int]]:
-        from proxycheck.io.recordings import open_recording
-        from proxycheck.io.storage import load
-        from proxycheck.io.subset import write_subset
-
-        self.count += 1
-        directory = Path(self.tmp) / f"c{self.count:04d}"
-        write_subset(self.recording, state.xids, directory, bodies=state.bodies, shifts=state.shifts)
-        keep = set(state.xids)
-        chosen = [x.xid for x in self.recording.exchanges if x.xid in keep]
-        xmap = dict(zip(sorted(x.xid for x in load(directory).exchanges), chosen))
-        return open_recording(str(directory)).planned, xmap
+    def materialize(self, state: _State) -> list[Any]:
+        """The candidate's plan, from the candidate recording built in memory (the original's
+        exchange numbers, sessions named by the original's session headers)."""
+        candidate = subset_recording(self.recording, state.xids, bodies=state.bodies, shifts=state.shifts)
+        loaded = LoadedRecording(candidate, self.loaded.session_headers, self.loaded.session_fields,
+                                 where=self.recording_dir)  # fmt: skip
+        return loaded.planned
 
     async def test(self, state: _State, what: str, options: Any = None, keep: bool = True) -> bool | None:
         """Whether the candidate fails on the route (and not direct); None when out of budget.
         `what` names the candidate in the progress line; `keep`: a failing candidate becomes the
         best one (not for a trial under other replay options)."""
         assert self.trials is not None
-        plan, xmap = self.materialize(state)
+        plan = self.materialize(state)
         outcomes: list[bool] = []
         failing: list[Any] = []
         while (failed := self.trials.decide(outcomes)) is None:
@@ -226,7 +213,7 @@ class _Minimizer:
             if any(o.outcome.is_failure for o in direct):
                 note, failed = " over direct too: not kept", False
         if failed and keep:
-            self.best = _Found(state, plan, xmap, failing, self.matches)
+            self.best = _Found(state, plan, failing, self.matches)
         sessions = len({s.id for s in plan})
         tries = f"{len(outcomes)} tries" if len(outcomes) > 1 else "1 try"
         self.say(f"  candidate {len(self.tries)}: {what}, {sessions} session(s), {len(state.xids)} turn(s): "
@@ -242,7 +229,7 @@ class _Minimizer:
     async def run(self, out: str) -> MinimizeResult:
         self.started = start = self.now()
         all_xids = tuple(t.xid for s in self.original for t in s.turns)
-        plan, xmap = self.materialize(_State(all_xids))
+        plan = self.materialize(_State(all_xids))
         k, failing = 0, []
         kinds: set[Outcome] = set()
         for _ in range(BASELINE_RUNS):
@@ -263,7 +250,7 @@ class _Minimizer:
         self.kinds = kinds
         self.trials = Trials(k, BASELINE_RUNS)
         self.say(self.trials.summary())
-        self.best = _Found(_State(all_xids), plan, xmap, failing, self.matches)
+        self.best = _Found(_State(all_xids), plan, failing, self.matches)
 
         steps: dict[str, dict[str, Any] | None] = dict.fromkeys(("concurrency", "messages", "body_size", "think"))
         try:
@@ -301,7 +288,7 @@ class _Minimizer:
         """The first failing observation of the best candidate, its original xid and planned turn."""
         assert self.best is not None
         obs = self.best.first_failure()
-        return obs, self.best.xmap[obs.xid], self.best.planned_turn(obs.xid)
+        return obs, obs.xid, self.best.planned_turn(obs.xid)
 
     async def one_at_a_time(self) -> dict[str, Any] | None:
         """With several sessions left: whether the failure needs them at once."""
@@ -413,8 +400,6 @@ class _Minimizer:
     # ------------------------------------------------------------------------------ result
 
     def finish(self, out: str, start: float, steps: dict[str, dict[str, Any] | None]) -> MinimizeResult:
-        from proxycheck.io.subset import write_subset
-
         assert self.best is not None and self.trials is not None
         best = self.best
         obs, xid, turn = self.trigger()

@@ -1,21 +1,21 @@
 """Observe one exchange over the network, with watchdogs, into an `Observation`.
 
-This module owns the client side of one request: sending it, reading the response as it streams,
-timing every event, cutting it when a watchdog fires, and classifying what happened into the
-outcome taxonomy (docs/design.md, "Outcomes"). Failures are data: nothing the network does (refusal,
-silence, reset, an error status, garbage) escapes as an exception; it becomes the outcome.
+This module is the client side of one request on the network: sending it, reading the response as
+it streams, timing every event, and cutting it when a watchdog fires. What the exchange is at
+each moment, what to wait for, and what its outcome is (docs/design.md, "Outcomes") is the pure
+state machine's, `proxycheck.core.exchange.machine.ExchangeMachine`: this driver feeds it the
+network's events with their times and arms the watchdog it asks for. Failures are data: nothing
+the network does (refusal, silence, reset, an error status, garbage) escapes as an exception; it
+becomes the outcome.
 
 Two client stacks, one behaviour: `observe_httpx` (the SDKs' stack, used by the replayer and the
 synthetic agent) and `observe_aiohttp` (for high-concurrency benchmarks). Each is a thin adapter
 (`_HttpxStack`, `_AiohttpStack`: send, chunks, close, what an exception means, what the
-connection was) under one driver (`_observe`) that owns the watchdogs and the classification, so
-the two stacks cannot drift apart.
+connection was) under one driver (`_observe`), so the two stacks cannot drift apart.
 
-Watchdogs (`proxycheck.core.replay.plan.Watchdogs`, re-exported here; seconds): `connect` bounds making a TCP (and TLS) connection; `headers`
-bounds the wait for response headers from the moment the request is sent; `stall` bounds the time
-without *content* progress after the headers (keep-alive comments and pings are bytes, not
-progress: a hop that pings while the engine behind it hangs is still stalled); `total` bounds the
-whole exchange and, when it fires, counts as a stall of the phase it cut.
+Watchdogs (`proxycheck.core.exchange.watchdogs.Watchdogs`; seconds): `connect` bounds
+making a TCP (and TLS) connection and is the stack's own timeout; the others are the machine's
+(`headers`, `stall`, `total`: see `proxycheck.core.exchange.machine`).
 
 Connections: each stack reports whether the request opened a new connection (httpx's `trace`
 request extension, aiohttp's `TraceConfig`) and which local address it rode; `ConnState`
@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import hashlib
-import math
 import time
 from contextlib import suppress
 from dataclasses import dataclass
@@ -43,20 +41,26 @@ import httpx
 from aiohttp.http_exceptions import ContentEncodingError
 
 from proxycheck.core.errors import ClientFault
-from proxycheck.core.exchange.observation import Observation, ResultSummary, select_headers
-from proxycheck.core.exchange.outcomes import Outcome, after_answer, classify_recorded
-from proxycheck.core.protocol.analysis import ResponseAnalysis, StreamTracker, analyze_body
+from proxycheck.core.exchange.machine import (
+    DEFAULT_WATCHDOGS,
+    BodyData,
+    Connected,
+    ConnectStarted,
+    ErrorKind,
+    ExchangeMachine,
+    RequestSent,
+    ResponseHeaders,
+    StreamClosed,
+    TransportError,
+    Wait,
+    WatchdogExpired,
+)
+from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.exchange.watchdogs import Watchdogs
 from proxycheck.core.protocol.httpsyntax import header_problem
-from proxycheck.core.protocol.requestparts import judge as judge_request
 from proxycheck.core.protocol.result import Result
-from proxycheck.core.replay.plan import Watchdogs  # one definition: the replay plan's
-from proxycheck.core.testbed.wire import BYTES_HEADER, CANONICAL_HEADER, PARTS_HEADER, SHA_HEADER
 
 __all__ = ["ConnState", "Observed", "Watchdogs", "aiohttp_trace_config", "observe_aiohttp", "observe_httpx"]
-
-_ERROR_BODY_READ = 4096  # bytes of a non-2xx body read (to quote its start in the detail)
-_ERROR_BODY_QUOTE = 200  # characters of it quoted
-DEFAULT_WATCHDOGS = Watchdogs()
 
 
 class ConnState:
@@ -177,7 +181,7 @@ def _client_fault(target: str, exc: BaseException) -> ClientFault:
 
 
 # ------------------------------------------------------------------------------------------------
-# The driver: watchdogs and classification, whatever the stack
+# The driver: the network's events into the machine, the machine's waits onto the event loop
 
 
 @dataclass(slots=True)
@@ -190,8 +194,9 @@ class _Head:
 
 class _Stack(abc.ABC):
     """What the driver needs from a client stack. The stack's connection hooks set `reused`
-    (False when the request opened a new connection, True when it went on a pooled one),
-    `connect_started` / `connected` (monotonic) for a new connection, and `local`, its address."""
+    (False when the request opened a new connection, True when it went on a pooled one) and
+    `local`, its address, and tell the exchange's machine when a new connection started and was
+    made (`new_connection`, `connection_made`)."""
 
     errors: tuple[type[BaseException], ...] = ()
     #: What the stack raises when it refuses to send a request as built (before the network).
@@ -199,13 +204,21 @@ class _Stack(abc.ABC):
 
     def __init__(self, target: str) -> None:
         self.target = target  # "METHOD URL", to name the request in a ClientFault
+        self.machine: ExchangeMachine | None = None  # set by the driver before sending
         self.reused: bool | None = None
-        self.connect_started: float | None = None
-        self.connected: float | None = None
         self.local: str | None = None
+        self.head_local: str | None = None  # the address the response named, when it came
 
     def new_connection(self) -> None:
-        self.reused, self.connect_started = False, time.monotonic()
+        self.reused = False
+        self._tell(ConnectStarted(time.monotonic()))
+
+    def connection_made(self) -> None:
+        self._tell(Connected(time.monotonic()))
+
+    def _tell(self, event: ConnectStarted | Connected) -> None:
+        if self.machine is not None and self.machine.status is None and not self.machine.ended:
+            self.machine.handle(event)
 
     @abc.abstractmethod
     async def send(self) -> _Head:
@@ -220,82 +233,27 @@ class _Stack(abc.ABC):
         """Release the response; `clean` when its body was read to the end."""
 
     @abc.abstractmethod
-    def kind_of(self, exc: BaseException) -> str:
-        """"connect", "connect_timeout", "read_timeout", "decode" or "reset"."""
+    def kind_of(self, exc: BaseException) -> ErrorKind:
+        """What the stack's exception means."""
 
 
-class _Exchange:
-    """The state of one exchange while it is observed (times on the monotonic clock)."""
+class _Timer:
+    """The asyncio timeout that fires when the machine's current `Wait` runs out. The machine's
+    times are `time.monotonic()`; the loop's clock may have another origin."""
 
-    def __init__(self, body: bytes, dialect: str | None, streamed: bool, watchdogs: Watchdogs) -> None:
-        self.body = body
-        self.dialect = dialect
-        self.streamed = streamed
-        self.watchdogs = watchdogs
-        self.start = time.monotonic()
-        self.head: _Head | None = None
-        self.headers_at: float | None = None
-        self.tracker = StreamTracker(dialect, log=True)
-        self.parts: list[bytes] = []  # the body, when it is read whole (non-streamed, or an error)
-        self.last_progress = self.start
-        self.ended_cleanly = False
-        self.end: float | None = None
-        self._analysis: ResponseAnalysis | None = None
-
-    def offset(self, t: float | None = None) -> float:
-        return (time.monotonic() if t is None else t) - self.start
-
-    def feed(self, chunk: bytes) -> bool:
-        """Feed a streamed chunk; True if it completed an event that is progress."""
-        now = time.monotonic()
-        if self.tracker.feed(chunk, _r(now - self.start)):
-            self.last_progress = now
-            return True
-        return False
-
-    def close_stream(self) -> None:
-        now = time.monotonic()
-        if self.tracker.close(_r(now - self.start)):
-            self.last_progress = now
-
-    @property
-    def ok_status(self) -> bool:
-        return self.head is not None and 200 <= self.head.status < 300
-
-    def quiet(self) -> float:
-        """Seconds without progress when the exchange ended."""
-        return (self.end or time.monotonic()) - self.last_progress
-
-    def analysis(self) -> ResponseAnalysis:
-        """What the response held; computed once, after the exchange ended."""
-        if self._analysis is None:
-            if self.streamed:
-                self._analysis = self.tracker.analysis()
-            else:
-                # A non-streamed body's content all arrives at once, when the body is complete.
-                t = _r(self.offset(self.end)) if self.ended_cleanly and self.end is not None else None
-                self._analysis = analyze_body(self.dialect, b"".join(self.parts), t)
-        return self._analysis
-
-
-class _Deadline:
-    """One asyncio deadline that is the earlier of a phase watchdog and the total watchdog, and
-    knows which of the two it is when it fires."""
-
-    def __init__(self, total: float | None) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.total_at = self.loop.time() + total if total is not None else math.inf
-        self.by_total = False
+    def __init__(self) -> None:
+        self.skew = asyncio.get_running_loop().time() - time.monotonic()
         self.timeout: asyncio.Timeout | None = None
+        self.at: float | None = None
 
-    def arm(self, seconds: float) -> float:
-        """Fire `seconds` from now (or at the total deadline, if sooner); returns when."""
-        when = self.loop.time() + seconds
-        self.by_total = self.total_at < when
-        when = min(when, self.total_at)
-        if self.timeout is not None:
-            self.timeout.reschedule(when)
-        return when
+    def when(self, wait: Wait | None) -> float | None:
+        return None if wait is None else wait.at + self.skew
+
+    def follow(self, wait: Wait | None) -> None:
+        """Move the deadline to `wait`'s (rescheduling only when it moved: the per-chunk hot path)."""
+        if wait is not None and wait.at != self.at and self.timeout is not None:
+            self.at = wait.at
+            self.timeout.reschedule(wait.at + self.skew)
 
     @property
     def expired(self) -> bool:
@@ -311,267 +269,75 @@ async def _observe(
     clock_origin: float | None,
     conn_state: ConnState,
 ) -> Observed:
-    x = _Exchange(body, dialect, streamed, watchdogs)
-    deadline = _Deadline(watchdogs.total)
-    failure: BaseException | None = None
-    local: BaseException | None = None
+    machine = ExchangeMachine(dialect=dialect, streamed=streamed, watchdogs=watchdogs, request_body=body)
+    stack.machine = machine
+    timer = _Timer()
+    wait = machine.handle(RequestSent(time.monotonic()))
+    timer.at = wait.at if wait is not None else None
+    refused: BaseException | None = None
     try:
-        async with asyncio.timeout_at(deadline.arm(watchdogs.headers)) as deadline.timeout:
-            await _run(stack, x, deadline)
+        async with asyncio.timeout_at(timer.when(wait)) as timer.timeout:
+            await _run(stack, machine, timer)
     except TimeoutError as exc:
-        failure = exc  # a watchdog, or one of aiohttp's own timeouts (TimeoutErrors too)
-    except stack.local_errors as exc:
-        if x.head is not None:
-            failure = exc  # refused mid-response: the response is what is judged
+        now = time.monotonic()  # a watchdog, or one of aiohttp's own timeouts (TimeoutErrors too)
+        if timer.expired and machine.wait is not None:
+            _end(machine, WatchdogExpired(now, machine.wait.watchdog))
         else:
-            local = exc
+            _end(machine, TransportError(now, stack.kind_of(exc), _describe(exc)))
+    except stack.local_errors as exc:
+        if machine.status is not None:  # refused mid-response: the response is what is judged
+            _end(machine, TransportError(time.monotonic(), stack.kind_of(exc), _describe(exc)))
+        else:
+            refused = exc
     except stack.errors as exc:
-        failure = exc
+        _end(machine, TransportError(time.monotonic(), stack.kind_of(exc), _describe(exc)))
     finally:
-        x.end = time.monotonic()
         with suppress(*stack.errors, TimeoutError):
-            await stack.close(x.ended_cleanly)
-    if local is not None:
-        raise _client_fault(stack.target, local) from None
-    if failure is None:
-        verdict = _ended(x)
-    elif deadline.expired:
-        verdict = _watchdog(stack, x, deadline)
-    else:
-        verdict = _failure(stack, x, failure)
-    return _finish(stack, x, _mutated(x, verdict), clock_origin, conn_state)
+            await stack.close(machine.ended_cleanly)
+    if refused is not None:
+        raise _client_fault(stack.target, refused) from None
+    return _finish(stack, machine, clock_origin, conn_state)
 
 
-async def _run(stack: _Stack, x: _Exchange, deadline: _Deadline) -> None:
-    """Send, then read the response as the status and `streamed` say."""
-    x.head = await stack.send()
-    x.headers_at = x.last_progress = time.monotonic()
-    deadline.arm(x.watchdogs.stall)
-    if not x.ok_status:
-        await _read_error_body(stack, x)
-    elif x.streamed:
-        async for chunk in stack.chunks():
-            if x.feed(chunk):
-                deadline.arm(x.watchdogs.stall)
-        x.close_stream()
-        x.ended_cleanly = True
-    else:
-        # No content can arrive before the whole body, so the stall watchdog bounds all of it.
-        async for chunk in stack.chunks():
-            x.parts.append(chunk)
-        x.ended_cleanly = True
+def _end(machine: ExchangeMachine, event: WatchdogExpired | TransportError) -> None:
+    if not machine.ended:
+        machine.handle(event)
 
 
-async def _read_error_body(stack: _Stack, x: _Exchange) -> None:
-    """The start of a non-2xx body, to quote. The status is the outcome, so a body that breaks
-    only shortens the quote (the stall watchdog still bounds the wait)."""
-    size = 0
-    try:
-        async for chunk in stack.chunks():
-            x.parts.append(chunk)
-            size += len(chunk)
-            if size >= _ERROR_BODY_READ:
-                return  # not read to its end: the connection will not be reused
-    except stack.errors:
-        return
-    x.ended_cleanly = True
+async def _run(stack: _Stack, machine: ExchangeMachine, timer: _Timer) -> None:
+    """Send, then read the response until the machine has what it needs."""
+    head = await stack.send()
+    stack.head_local = head.local
+    timer.follow(machine.handle(ResponseHeaders(time.monotonic(), head.status, head.headers, head.http_version)))
+    async for chunk in stack.chunks():
+        wait = machine.handle(BodyData(time.monotonic(), chunk))
+        if wait is None:
+            return  # it has enough (the start of an error body, to quote)
+        timer.follow(wait)
+    machine.handle(StreamClosed(time.monotonic()))
 
 
-Verdict = tuple[Outcome, str, str]  # outcome, detail, error
-
-
-def _watchdog(stack: _Stack, x: _Exchange, deadline: _Deadline) -> Verdict:
-    """The outcome when a watchdog cut the exchange."""
-    wd = x.watchdogs
-    total = f"the total timeout of {wd.total:g} s" if deadline.by_total else ""
-    if x.head is None:
-        # The headers watchdog counts from the send, so it can fire while still connecting.
-        if stack.connect_started is not None and stack.connected is None:
-            return Outcome.CONNECT_ERROR, f"no connection within {total or f'{wd.headers:g} s'}", ""
-        return Outcome.STALL_BEFORE_HEADERS, f"no response headers within {total or f'{wd.headers:g} s'}", ""
-    if not x.ok_status:
-        return Outcome.HTTP_ERROR, _http_detail(x), ""
-    # A stall watchdog fired exactly `stall` after the last progress; the total one, whenever.
-    quiet = f"{x.quiet():.1f}" if deadline.by_total else _secs(wd.stall)
-    outcome, detail = _stall(x, quiet)
-    return outcome, f"{detail}; {total} ended it" if total else detail, ""
-
-
-def _stall(x: _Exchange, quiet: str) -> tuple[Outcome, str]:
-    """A stream the client gave up waiting on: held open after its answer, or stalled."""
-    a = x.analysis()
-    held = after_answer(a, ended_at=x.offset(x.end), client_left=False, timed_out=True)
-    if held is not None:
-        return held.outcome, held.detail
-    received = f"{_kb(a.bytes)} received" + (f", {a.comments} comment(s)" if a.comments else "")
-    if a.content_events:
-        return Outcome.STALL_MID_STREAM, f"no content for {quiet} s after event {a.events} ({received})"
-    what = f"{a.events} event(s), {received}"
-    return Outcome.STALL_BEFORE_FIRST_EVENT, f"headers came, then no content for {quiet} s ({what})"
-
-
-def _failure(stack: _Stack, x: _Exchange, exc: BaseException) -> Verdict:
-    """The outcome when the client stack raised."""
-    kind, text, wd = stack.kind_of(exc), _describe(exc), x.watchdogs
-    if x.head is None:
-        if kind == "connect":
-            return Outcome.CONNECT_ERROR, text, text
-        if kind == "connect_timeout":
-            return Outcome.CONNECT_ERROR, f"no connection within {wd.connect:g} s", text
-        if kind == "read_timeout":
-            return Outcome.STALL_BEFORE_HEADERS, f"no response headers ({text})", text
-        return Outcome.RESET, f"closed before response headers: {text}", text
-    if not x.ok_status:
-        return Outcome.HTTP_ERROR, _http_detail(x), text
-    a = x.analysis()
-    if kind == "read_timeout":
-        outcome, detail = _stall(x, f"{x.quiet():.1f}")
-        return outcome, detail, text
-    if kind == "decode":
-        return Outcome.MALFORMED_STREAM, f"undecodable body: {text}", text
-    # Cut after the answer had come: judged by what was received (the terminal marker = ok).
-    answered = after_answer(a, ended_at=x.offset(x.end), client_left=False, timed_out=False)
-    if answered is not None:
-        return answered.outcome, answered.detail, text
-    progress = f"{a.events} event(s), {a.content_events} with content, {_kb(a.bytes)}"
-    return Outcome.RESET, f"connection closed mid-stream after {progress}: {text}", text
-
-
-def _ended(x: _Exchange) -> Verdict:
-    """The outcome of a response read to its end (the taxonomy shared with recordings)."""
-    assert x.head is not None
-    if not x.ok_status:
-        return Outcome.HTTP_ERROR, _http_detail(x), ""
-    a = x.analysis()
-    ctype = _header(x.head, "content-type") or ""
-    if x.streamed and a.events == 0 and "event-stream" not in ctype:
-        return Outcome.MALFORMED_STREAM, f"expected text/event-stream, got {ctype or 'no content-type'} ({_kb(a.bytes)})", ""
-    classified = classify_recorded(finished=True, error=None, interrupted=False, status=x.head.status, analysis=a)
-    return classified.outcome, classified.detail, ""
-
-
-def _mutated(x: _Exchange, verdict: Verdict) -> Verdict:
-    """request_mutated when the engine reports having received another request than was sent:
-    one in which what the model sees differs (messages, system prompt, tools, sampling
-    parameters, max tokens: `proxycheck.core.protocol.requestparts.judge`), with what changed in the
-    detail. Other bytes of the same content (a gateway that re-serializes JSON, or adds
-    `stream_options`) are no change; a changed model name alone (gateways map aliases) is a note
-    added to the detail, not a failure. The reference engine reports what it received; other
-    servers send no digest and are not judged; from an older reference engine, which sends only
-    the raw digest, any other bytes count. request_mutated replaces what else happened after the
-    headers, which is kept in the detail: the engine answered another request than the one
-    sent, and that explains the rest."""
-    seen = _engine_header(x.head, SHA_HEADER)
-    if seen is None:
-        return verdict
-    judged = judge_request(
-        x.body, raw_sha256=seen, raw_bytes=_engine_header(x.head, BYTES_HEADER),
-        canonical=_engine_header(x.head, CANONICAL_HEADER), parts=_engine_header(x.head, PARTS_HEADER),
-    )  # fmt: skip
-    outcome, other, error = verdict
-    if not judged.mutated:
-        if judged.note:
-            other = f"{other}; {judged.note}" if other else judged.note
-        return outcome, other, error
-    detail = judged.detail
-    if outcome is not Outcome.OK:
-        detail += f" (then {outcome.value}: {other})" if other else f" (then {outcome.value})"
-    return Outcome.REQUEST_MUTATED, detail, error
-
-
-# Gateways that pass the upstream's response headers on under a prefix of their own (LiteLLM:
-# `llm_provider-<name>`): the engine's report of what it received reaches the client that way.
-_UPSTREAM_PREFIXES = ("llm_provider-",)
-
-
-def _engine_header(head: _Head | None, name: str) -> str | None:
-    """One of the engine's headers, as sent or as a gateway passed it on."""
-    value = _header(head, name)
-    for prefix in _UPSTREAM_PREFIXES:
-        if value is not None:
-            break
-        value = _header(head, prefix + name)
-    return value
-
-
-def _finish(stack: _Stack, x: _Exchange, verdict: Verdict, origin: float | None, conn: ConnState) -> Observed:
+def _finish(stack: _Stack, machine: ExchangeMachine, origin: float | None, conn: ConnState) -> Observed:
     """The Observation, and the session's connection bookkeeping."""
-    outcome, detail, error = verdict
-    a = x.analysis() if x.ok_status else None
-    local = x.head.local if x.head is not None and x.head.local else stack.local
+    local = stack.head_local or stack.local
     if local is None and stack.reused:
         local = conn.sole_idle()  # no answer told which pooled connection: the only one there was
-    end = x.end if x.end is not None else time.monotonic()
-    idle = conn.idle(local, x.start) if local and stack.reused else None
-    obs = Observation(
-        t_start=_r(x.start - (x.start if origin is None else origin)),
-        connect=_offset(x, stack.connected),
-        headers=_offset(x, x.headers_at),
-        first_event=_opt_r(a.first_event) if a else None,
-        first_content=_opt_r(a.first_content) if a else None,
-        end=_offset(x, end),
-        events=tuple(x.tracker.log or ()),
-        streamed=x.streamed,
-        status=x.head.status if x.head else None,
-        response_headers=select_headers(x.head.headers) if x.head else (),
-        request_bytes=len(x.body),
-        request_sha256=hashlib.sha256(x.body).hexdigest(),
-        response_bytes=a.bytes if a else sum(len(p) for p in x.parts),
-        result=ResultSummary.of(a.result) if a and a.result else None,
-        reused=stack.reused,
-        idle=_opt_r(idle),
-        http_version=x.head.http_version if x.head else None,
-        connection=conn.number(local) if local else None,
-        outcome=outcome,
-        detail=detail,
-        error=error,
+    idle = conn.idle(local, machine.start) if local and stack.reused else None
+    obs = machine.observation(
+        clock_origin=origin, reused=stack.reused, idle=idle, connection=conn.number(local) if local else None
     )
     if local:
-        if x.ended_cleanly:
+        end = machine.end if machine.end is not None else machine.start
+        if machine.ended_cleanly:
             conn.released(local, end)
         else:
             conn.dropped(local)
-    return Observed(obs, a.result if a else None)
-
-
-def _http_detail(x: _Exchange) -> str:
-    """`HTTP 413: <start of the body>`."""
-    assert x.head is not None
-    text = b"".join(x.parts)[:_ERROR_BODY_READ].decode("utf-8", "replace")
-    text = " ".join(text.split())[:_ERROR_BODY_QUOTE]
-    return f"HTTP {x.head.status}: {text}" if text else f"HTTP {x.head.status}"
-
-
-def _header(head: _Head | None, name: str) -> str | None:
-    if head is None:
-        return None
-    return next((v for k, v in head.headers if k.lower() == name), None)
-
-
-def _offset(x: _Exchange, t: float | None) -> float | None:
-    return None if t is None else _r(t - x.start)
-
-
-def _r(t: float) -> float:
-    """Times are kept to the microsecond (what a run file stores)."""
-    return round(t, 6)
-
-
-def _opt_r(t: float | None) -> float | None:
-    return None if t is None else _r(t)
-
-
-def _secs(s: float) -> str:
-    return f"{s:.1f}" if round(s, 1) == s else f"{s:g}"
+    return Observed(obs, machine.result)
 
 
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _kb(n: int) -> str:
-    return f"{n / 1000:.1f} KB" if n >= 1000 else f"{n} B"
 
 
 def _address(addr: Any) -> str | None:
@@ -613,10 +379,10 @@ class _HttpxStack(_Stack):
         elif name.endswith("send_request_headers.started") and self.reused is None:
             self.reused = True  # sending without having connected: a pooled connection
         elif name.endswith("connect_tcp.complete"):
-            self.connected = time.monotonic()
             self.local = _stream_address(info.get("return_value"))
+            self.connection_made()
         elif name.endswith("start_tls.complete"):
-            self.connected = time.monotonic()
+            self.connection_made()
 
     async def send(self) -> _Head:
         self.response = response = await self.client.send(self.request, stream=True)
@@ -633,16 +399,16 @@ class _HttpxStack(_Stack):
         if self.response is not None:
             await self.response.aclose()
 
-    def kind_of(self, exc: BaseException) -> str:
+    def kind_of(self, exc: BaseException) -> ErrorKind:
         if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
-            return "connect_timeout"
+            return ErrorKind.CONNECT_TIMEOUT
         if isinstance(exc, (httpx.ConnectError, httpx.ProxyError, httpx.UnsupportedProtocol)):
-            return "connect"
+            return ErrorKind.CONNECT
         if isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout)):
-            return "read_timeout"
+            return ErrorKind.READ_TIMEOUT
         if isinstance(exc, httpx.DecodingError):
-            return "decode"
-        return "reset"
+            return ErrorKind.DECODE
+        return ErrorKind.RESET
 
 
 def _stream_address(stream: Any) -> str | None:
@@ -684,7 +450,7 @@ async def _on_create_start(session: Any, ctx: Any, params: Any) -> None:
 
 async def _on_create_end(session: Any, ctx: Any, params: Any) -> None:
     if (stack := _traced(ctx)) is not None:
-        stack.connected = time.monotonic()
+        stack.connection_made()
 
 
 async def _on_reuse(session: Any, ctx: Any, params: Any) -> None:
@@ -746,13 +512,13 @@ class _AiohttpStack(_Stack):
         else:
             self.response.close()  # a half-read connection must not be reused
 
-    def kind_of(self, exc: BaseException) -> str:
+    def kind_of(self, exc: BaseException) -> ErrorKind:
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
-            return "connect_timeout"
+            return ErrorKind.CONNECT_TIMEOUT
         if isinstance(exc, (aiohttp.ClientConnectorError, aiohttp.ClientHttpProxyError, aiohttp.InvalidURL)):
-            return "connect"
+            return ErrorKind.CONNECT
         if isinstance(exc, aiohttp.SocketTimeoutError):
-            return "read_timeout"
+            return ErrorKind.READ_TIMEOUT
         if isinstance(exc, aiohttp.ClientPayloadError) and isinstance(exc.__cause__, ContentEncodingError):
-            return "decode"
-        return "reset"
+            return ErrorKind.DECODE
+        return ErrorKind.RESET

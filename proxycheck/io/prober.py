@@ -46,6 +46,7 @@ import httpx
 
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.exchange.watchdogs import Watchdogs
 from proxycheck.core.probe.findings import (
     DEGRADED,
     FAILED,
@@ -61,9 +62,9 @@ from proxycheck.core.probe.findings import (
     RouteInfo,
 )
 from proxycheck.core.probe.searches import ENDPOINTS, PROBES, Ask, Delivery, Ladder, TokenBudget, header_value, request_body
+from proxycheck.core.protocol.requestparts import SHA_HEADER
 from proxycheck.core.replay.chain import Route
-from proxycheck.core.testbed.wire import SHA_HEADER
-from proxycheck.io.observe import ConnState, Watchdogs, observe_httpx
+from proxycheck.io.observe import ConnState, observe_httpx
 from proxycheck.io.replayer import REPLAY_HEADER, tls_context
 
 ANTHROPIC_VERSION = "2023-06-01"

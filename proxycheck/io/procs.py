@@ -19,11 +19,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from proxycheck.core.errors import ProxycheckError
-
-
-class ProcessError(ProxycheckError):
-    """A managed process did not start, or died."""
+from proxycheck.core.errors import ProcessError
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -40,6 +40,7 @@ from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.replay.chain import Chain, Route
 from proxycheck.core.replay.credentials import raise_if_refused
 from proxycheck.core.replay.greedy import greedy_sessions
+from proxycheck.core.replay.marker import REPLAY_HEADER
 from proxycheck.core.replay.plan import (
     ChainedSession,
     Pace,
@@ -50,8 +51,6 @@ from proxycheck.core.replay.plan import (
     think_delay,
 )
 from proxycheck.io.observe import ConnState, Observed, aiohttp_trace_config, observe_aiohttp, observe_httpx
-
-REPLAY_HEADER = "x-proxycheck-replay"
 
 Mode = Literal["exact", "chained"]
 ClientKind = Literal["httpx", "aiohttp"]

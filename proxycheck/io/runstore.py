@@ -13,6 +13,7 @@ written by a newer proxycheck, is BadInput.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import json
 import os
@@ -26,8 +27,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from proxycheck import __version__
-from proxycheck.core.errors import BadInput, StorageError
+from proxycheck.core.errors import BadInput, Interrupted, StorageError
 from proxycheck.core.exchange.observation import Observation, decode, encode
+from proxycheck.core.exchange.watchdogs import Watchdogs
 from proxycheck.core.recording.journal import RecordingWarning
 from proxycheck.core.recording.sessions import SessionName
 from proxycheck.io.jsonl import atomic_write, open_append, read_json_file, read_records, write_all
@@ -86,6 +88,7 @@ class RunWriter:
         replayed sessions (`SessionName.to_json`), so `diff RUN` labels them as the recording's
         listing does."""
         self.directory = Path(directory)
+        self.named = str(directory)  # as the user gave it, for messages
         self._wall = wall
         self._lock = threading.Lock()
         self._closed = False
@@ -155,10 +158,27 @@ class RunWriter:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        """Closes the run as completed (unless closed already, with its own status), failed, or
+        interrupted: Ctrl-C becomes `Interrupted`, saying what the run kept (it stays loadable)."""
         if exc_type is None:
             self.close("completed")
+        elif issubclass(exc_type, (KeyboardInterrupt, SystemExit, asyncio.CancelledError, Interrupted)):
+            self.close("interrupted")
+            if not issubclass(exc_type, SystemExit):
+                raise Interrupted(f"interrupted; {self.count} observation(s) kept in {self.named}") from None
         else:
-            self.close("interrupted" if issubclass(exc_type, (KeyboardInterrupt, SystemExit)) else "failed")
+            self.close("failed")
+
+
+def options_doc(recording: str, settings: Mapping[str, Any], watchdogs: Watchdogs, **after: Any) -> dict[str, Any]:
+    """run.json's "options": the recording, the command's settings, the watchdogs, then `after`."""
+    return {
+        "recording": recording,
+        **settings,
+        "watchdogs": {"connect": watchdogs.connect, "headers": watchdogs.headers, "stall": watchdogs.stall,
+                      "total": watchdogs.total},  # fmt: skip
+        **after,
+    }
 
 
 # ------------------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ line-level rules, shared with runs, are `proxycheck.io.jsonl`).
 
 from __future__ import annotations
 
-import base64
 import datetime as _dt
 import json
 import os
@@ -17,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from proxycheck import __version__
 from proxycheck.core.errors import BadInput, StorageError
@@ -116,21 +115,9 @@ class RecordingWriter:
             xid = self._next_xid
             self._next_xid += 1
             lines = [self._piece_line(pid, data) for pid, data in split.pieces.items() if pid not in self._known]
-            rec: dict[str, Any] = {
-                "k": "req",
-                "x": xid,
-                "t": round(self.now() if t is None else t, 6),
-                "method": method,
-                "url": url,
-                "http": http_version,
-                "headers": fmt.encode_headers(headers),
-                "body": bodies.encode_body(split.body, self._history_base(xid, split.body.messages)),
-            }
-            redacted = removed_url + removed_headers + removed_body
-            if redacted:
-                rec["redacted"] = redacted
-            if conn:
-                rec["conn"] = conn
+            body_rec = bodies.encode_body(split.body, self._history_base(xid, split.body.messages))
+            rec = fmt.request_record(xid, self.now() if t is None else t, method, url, http_version, headers, body_rec,
+                                     redacted=removed_url + removed_headers + removed_body, conn=conn)  # fmt: skip
             lines.append(fmt.dumps(rec))
             self._append(b"".join(line for line in lines if line))
             self._known.update(split.pieces)
@@ -153,20 +140,8 @@ class RecordingWriter:
         """Journal the response headers. `chunk_timing=False` says the chunks that follow carry
         no real arrival times (an import from HAR, say), so timing analyses must not trust them."""
         headers, _ = redact_headers(headers, self.policy)
-        rec: dict[str, Any] = {
-            "k": "resp",
-            "x": xid,
-            "t": round(self.now() if t is None else t, 6),
-            "status": status,
-            "reason": reason,
-            "http": http_version,
-            "headers": fmt.encode_headers(headers),
-            "stream": streamed,
-        }
-        if conn:
-            rec["conn"] = conn
-        if not chunk_timing:
-            rec["timing"] = False
+        rec = fmt.response_record(xid, self.now() if t is None else t, status, reason, headers, streamed=streamed,
+                                  http_version=http_version, conn=conn, chunk_timing=chunk_timing)  # fmt: skip
         with self._lock:
             self._append(fmt.dumps(rec))
 
@@ -181,20 +156,18 @@ class RecordingWriter:
                 self.flush()
 
     def end(self, xid: int, t: float | None = None) -> None:
-        self._finish(xid, {"k": "end", "x": xid}, t)
+        self._finish(xid, lambda at: fmt.end_record(xid, at), t)
 
     def error(self, xid: int, message: str, t: float | None = None, conn: dict[str, Any] | None = None) -> None:
         """The exchange failed. `conn` adds connection facts learned late: a request that never
         got response headers is exactly the stale-pooled-connection wedge, whose server facts
         would otherwise be missing."""
-        rec: dict[str, Any] = {"k": "error", "x": xid, "msg": message}
-        if conn:
-            rec["conn"] = conn
-        self._finish(xid, rec, t)
+        self._finish(xid, lambda at: fmt.error_record(xid, at, message, conn), t)
 
-    def _finish(self, xid: int, rec: dict[str, Any], t: float | None) -> None:
+    def _finish(self, xid: int, record: Callable[[float], dict[str, Any]], t: float | None) -> None:
         with self._lock:
-            rec["t"] = round(self.now() if t is None else t, 6)
+            # The time is read under the lock, after the exchange's last chunks are flushed.
+            rec = record(self.now() if t is None else t)
             self._flush_exchange(xid)
             self._append(fmt.dumps(rec))
             self._inflight.discard(xid)
@@ -213,11 +186,7 @@ class RecordingWriter:
                 return
             try:
                 self.flush()
-                self._append(
-                    fmt.dumps(
-                        {"k": "close", "t": round(self.now(), 6), "reason": reason, "inflight": sorted(self._inflight)}
-                    )
-                )
+                self._append(fmt.dumps(fmt.close_record(self.now(), reason, self._inflight)))
             finally:
                 self._closed = True
                 os.close(self._fd)
@@ -241,12 +210,12 @@ class RecordingWriter:
             for i in range(0, len(c), fmt.DATA_RECORD_MAX):
                 piece = c[i : i + fmt.DATA_RECORD_MAX]
                 if batch and size + len(piece) > fmt.DATA_RECORD_MAX:
-                    out.append(fmt.dumps({"k": "data", "x": xid, **fmt.encode_data(batch)}))
+                    out.append(fmt.dumps(fmt.data_record(xid, batch)))
                     batch, size = [], 0
                 batch.append((t, piece))
                 size += len(piece)
         if batch:
-            out.append(fmt.dumps({"k": "data", "x": xid, **fmt.encode_data(batch)}))
+            out.append(fmt.dumps(fmt.data_record(xid, batch)))
         self._append(b"".join(out))
 
     def _history_base(self, xid: int, history: tuple[str, ...] | None) -> tuple[int, int] | None:
@@ -270,10 +239,7 @@ class RecordingWriter:
             if not target.exists():
                 _atomic_write(target, data)
             return b""
-        try:
-            return fmt.dumps({"k": "blob", "id": pid, "v": data.decode("utf-8")})
-        except UnicodeDecodeError:
-            return fmt.dumps({"k": "blob", "id": pid, "b64": base64.b64encode(data).decode("ascii")})
+        return fmt.dumps(fmt.blob_record(pid, data))
 
     def _append(self, data: bytes) -> None:
         if self._closed:
@@ -295,7 +261,7 @@ class Recording:
     directory: Path
     meta: dict[str, Any]
     exchanges: list[RecordedExchange]
-    pieces: dict[str, bytes]
+    pieces: Mapping[str, bytes]  # the journal's pieces; large ones are read from blobs/ on demand
     warnings: list[RecordingWarning] = field(default_factory=list)
     closes: list[dict[str, Any]] = field(default_factory=list)
 

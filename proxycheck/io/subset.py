@@ -1,4 +1,9 @@
-"""A recording made of part of another: what `minimize` keeps, as an ordinary recording.
+"""A recording made of part of another: what `minimize` tries and keeps, as an ordinary recording.
+
+`subset_recording` makes it in memory (a `Recording` of the chosen exchanges, their replaced
+bodies' pieces beside the original's): `minimize` plans each candidate from it without touching
+the disk. It holds what loading the written subset would (times to the microsecond, an exchange
+in flight marked interrupted, as a closed journal marks it).
 
 `write_subset` journals the chosen exchanges of a loaded recording into a new recording
 directory, byte for byte (request bodies rebuilt from their pieces, responses with their chunk
@@ -15,12 +20,65 @@ back as the marker, and the redacted names extend the new recording's policy.
 from __future__ import annotations
 
 import os
+from collections import ChainMap
+from dataclasses import replace
 from typing import Iterable, Mapping
 
-from proxycheck.core.recording.journal import RecordedExchange
-from proxycheck.core.recording.redact import REDACTED_TEXT, Redacted
+from proxycheck.core.recording.bodies import split_body
+from proxycheck.core.recording.journal import DATA_RECORD_MAX, RecordedExchange
+from proxycheck.core.recording.redact import REDACTED_TEXT, Redacted, RedactionPolicy, redact_body
 from proxycheck.io.har import Imported, ImportedResponse, ImportResult, write_recording
 from proxycheck.io.storage import Recording
+
+
+def subset_recording(
+    recording: Recording,
+    xids: Iterable[int],
+    *,
+    bodies: Mapping[int, bytes] | None = None,
+    shifts: Mapping[int, float] | None = None,
+) -> Recording:
+    """The recording `write_subset` would write, in memory: the exchanges `xids` (keeping their
+    numbers), `bodies` and `shifts` as there."""
+    keep = set(xids)
+    moved = _offsets(recording.exchanges, shifts or {})
+    pieces: dict[str, bytes] = {}
+    exchanges = [
+        _shifted(x, moved.get(x.xid, 0.0), (bodies or {}).get(x.xid), pieces)
+        for x in recording.exchanges
+        if x.xid in keep
+    ]
+    exchanges.sort(key=lambda x: (x.t_request, x.xid))
+    return Recording(recording.directory, recording.meta, exchanges, ChainMap(pieces, recording.pieces))
+
+
+def _shifted(x: RecordedExchange, dt: float, body: bytes | None, pieces: dict[str, bytes]) -> RecordedExchange:
+    """`x` as the written subset holds it (see `_imported` and the writer): moved by `dt`, with
+    `body` (redacted as the writer redacts, its new pieces added to `pieces`)."""
+
+    def at(t: float | None) -> float | None:
+        return None if t is None else round(t + dt, 6)
+
+    changes: dict[str, object] = {"t_request": at(x.t_request), "interrupted": x.interrupted or not x.finished}
+    if body is not None:
+        split = split_body(redact_body(body, RedactionPolicy.default())[0])
+        pieces.update(split.pieces)
+        changes["body"] = split.body
+    if x.status is None:
+        changes.update(chunks=(), response_body=b"")
+    else:
+        # The writer journals a chunk larger than a data record as pieces at its arrival time.
+        chunks = [(round(t + dt, 6), c[i : i + DATA_RECORD_MAX]) for t, c in x.timed_chunks()
+                  for i in range(0, len(c), DATA_RECORD_MAX)]  # fmt: skip
+        changes.update(
+            t_response=at(x.t_response) or at(x.t_request) or 0.0, streamed=bool(x.streamed),
+            chunks=tuple((t, len(c)) for t, c in chunks), response_body=b"".join(c for _, c in chunks),
+        )  # fmt: skip
+    if x.error is not None:
+        changes.update(t_end=None, t_error=at(x.t_error))
+    else:
+        changes["t_end"] = at(x.t_end)
+    return replace(x, **changes)  # type: ignore[arg-type]
 
 
 def write_subset(

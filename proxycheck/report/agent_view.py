@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from proxycheck.core.exchange.outcomes import Outcome
-from proxycheck.io.agent import AgentRun, SessionReport, TurnReport
+from proxycheck.core.testbed.agent import AgentRun, SessionReport, TurnReport
 from proxycheck.report.sessions_view import human_bytes
 
 SCHEMA = "proxycheck.agent/1"

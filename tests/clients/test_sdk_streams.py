@@ -13,54 +13,38 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
+from cli_runner import run_proxycheck
+from processes import EngineFactory, MitmdumpFactory
 from sdk import converse
-
-from proxycheck.io.procs import Managed, start_engine, start_mitmdump
-
-REPO = Path(__file__).resolve().parents[2]
-RECORD = str(REPO / "addons" / "record.py")
-FAULTS = str(REPO / "addons" / "faults.py")
 
 pytestmark = pytest.mark.timeout(240)
 
 
 def proxycheck(*argv: str, timeout: float = 150) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "proxycheck", *argv], capture_output=True, text=True, timeout=timeout)
+    return run_proxycheck(*argv, timeout=timeout)
 
 
 class Chain:
     """engine <- hop "gateway" (the fault addon; a correct proxy without faults) <- recorder."""
 
-    def __init__(self, tmp: Path, *faults: str) -> None:
+    def __init__(self, tmp: Path, engines: EngineFactory, mitmdumps: MitmdumpFactory, *faults: str) -> None:
         self.tmp = tmp
-        self.started: list[Managed] = []
-        self.engine = self._start(start_engine("--token-interval", "0.002", "--ttft-per-kb", "0"))
-        sets = [a for f in faults for a in ("--set", f"proxycheck_fault_{f}")]
-        self.gateway = self._start(start_mitmdump("--mode", f"reverse:{self.engine.url}", "-s", FAULTS, *sets))
+        self.engine = engines("--token-interval", "0.002", "--ttft-per-kb", "0")
+        self.gateway = mitmdumps.faults(self.engine, *faults)
         self.recording = tmp / "recording"
-        self.recorder = self._start(
-            start_mitmdump("--mode", f"reverse:{self.gateway.url}", "-s", RECORD, "--set", f"proxycheck_out={self.recording}")
-        )
+        self.recorder = mitmdumps.recorder(self.gateway, self.recording)
         self.file = tmp / "chain.toml"
         self.file.write_text(f'engine = "{self.engine.url}"\n[[hop]]\nname = "gateway"\nurl = "{self.gateway.url}"\n')
-
-    def _start(self, proc: Managed) -> Managed:
-        self.started.append(proc)
-        return proc
 
     def stop_recorder(self) -> None:
         time.sleep(1.2)  # the recorder flushes chunk times at least every second
         self.recorder.stop()
-
-    def stop(self) -> None:
-        for proc in reversed(self.started):
-            proc.stop()
 
     def sessions(self) -> dict:
         done = proxycheck("sessions", str(self.recording), "--json")
@@ -76,19 +60,9 @@ class Chain:
 
 
 @pytest.fixture
-def chain_factory(tmp_path: Path) -> Iterator:
-    chains: list[Chain] = []
-
-    def make(*faults: str) -> Chain:
-        chain = Chain(tmp_path, *faults)
-        chains.append(chain)
-        return chain
-
-    try:
-        yield make
-    finally:
-        for chain in chains:
-            chain.stop()
+def chain_factory(tmp_path: Path, engines: EngineFactory, mitmdumps: MitmdumpFactory) -> Callable[..., Chain]:
+    """`chain_factory(*faults)`: a chain for this test, its processes stopped when the test ends."""
+    return partial(Chain, tmp_path, engines, mitmdumps)
 
 
 def turns_of(doc: dict) -> list[dict]:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from processes import EngineFactory, MitmdumpFactory
 
 from proxycheck.core.protocol import dialects
 from proxycheck.core.protocol.requestparts import canonical_json
@@ -32,7 +33,7 @@ from proxycheck.core.protocol.result import Result
 from proxycheck.core.protocol.sse import SSEComment, SSEEvent, SSEParser
 from proxycheck.core.testbed.ssefilter import coin, truncate_messages
 from proxycheck.hops.faults import reserialize_json
-from proxycheck.io.procs import Managed, mitmdump_path, start_engine, start_mitmdump
+from proxycheck.io.procs import Managed, mitmdump_path
 
 ADDON = str(Path(__file__).resolve().parents[2] / "addons" / "faults.py")
 CHAT = "/v1/chat/completions"
@@ -45,19 +46,15 @@ TOKEN_INTERVAL = 0.01
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Managed]:
-    proc = start_engine("--token-interval", str(TOKEN_INTERVAL))
-    try:
-        yield proc
-    finally:
-        proc.stop()
+def engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", str(TOKEN_INTERVAL))
 
 
 HopFactory = Callable[..., Managed]
 
 
 @pytest.fixture(scope="module")
-def hop(engine: Managed) -> Iterator[HopFactory]:
+def hop(engine: Managed, module_mitmdumps: MitmdumpFactory) -> HopFactory:
     """`hop(stall_after=3, ...)`: a mitmdump with those fault options in front of the engine,
     one process per distinct configuration, shared by the module's tests."""
     started: dict[tuple[tuple[str, str], ...], Managed] = {}
@@ -66,16 +63,12 @@ def hop(engine: Managed) -> Iterator[HopFactory]:
         key = tuple(sorted((k, _option_text(v)) for k, v in options.items()))
         if key not in started:
             sets = [f"--set=proxycheck_fault_{k}={v}" for k, v in key]
-            started[key] = start_mitmdump(
+            started[key] = module_mitmdumps(
                 "--mode", f"reverse:{engine.url}", "-s", ADDON, "--set", "termlog_verbosity=info", *sets
             )
         return started[key]
 
-    try:
-        yield get
-    finally:
-        for proc in started.values():
-            proc.stop()
+    return get
 
 
 def _option_text(value: object) -> str:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from processes import EngineFactory
 from test_faults import chat_body, observe, sha
 
-from proxycheck.io.procs import Managed, mitmdump_path, start_engine, start_mitmdump
+from proxycheck.io.procs import Managed, mitmdump_path, start_mitmdump
 
 ADDON = str(Path(__file__).resolve().parents[2] / "addons" / "faults.py")
 
@@ -20,12 +20,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Managed]:
-    proc = start_engine("--token-interval", "0.005")
-    try:
-        yield proc
-    finally:
-        proc.stop()
+def engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", "0.005")
 
 
 def hop(engine: Managed, *options: str) -> Managed:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from processes import EngineFactory, MitmdumpFactory
 
 from proxycheck.core.protocol import dialects
 from proxycheck.core.protocol.sse import SSEEvent, SSEParser
@@ -33,7 +34,7 @@ from proxycheck.core.recording.redact import TOO_DEEP
 from proxycheck.core.recording.summary import SessionSummary, summarize_sessions
 from proxycheck.core.testbed.conversation import Conversation, ConversationConfig
 from proxycheck.io.agent import AgentOptions, AgentRun, run_agent
-from proxycheck.io.procs import Managed, mitmdump_path, start_engine, start_mitmdump
+from proxycheck.io.procs import Managed, mitmdump_path
 from proxycheck.io.storage import Recording, load
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,31 +50,19 @@ SLOW_TOKENS = 0.1  # token interval of the slow engine
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Managed]:
-    proc = start_engine("--token-interval", "0.002", "--ttft-per-kb", "0", "--tool-call-rate", "0.6")
-    try:
-        yield proc
-    finally:
-        proc.stop()
+def engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", "0.002", "--ttft-per-kb", "0", "--tool-call-rate", "0.6")
 
 
 @pytest.fixture(scope="module")
-def slow_engine() -> Iterator[Managed]:
-    proc = start_engine("--token-interval", str(SLOW_TOKENS), "--ttft-per-kb", "0")
-    try:
-        yield proc
-    finally:
-        proc.stop()
+def slow_engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", str(SLOW_TOKENS), "--ttft-per-kb", "0")
 
 
 @pytest.fixture(scope="module")
-def resetting_engine() -> Iterator[Managed]:
+def resetting_engine(module_engines: EngineFactory) -> Managed:
     """An engine that closes the connection after the third event of every stream."""
-    proc = start_engine("--token-interval", "0.01", "--fault", "close:after=3")
-    try:
-        yield proc
-    finally:
-        proc.stop()
+    return module_engines("--token-interval", "0.01", "--fault", "close:after=3")
 
 
 @pytest.fixture(scope="module")
@@ -108,25 +97,18 @@ HopFactory = Callable[..., Hop]
 
 
 @pytest.fixture(scope="module")
-def hops(tmp_path_factory: pytest.TempPathFactory, confdir: Path) -> Iterator[HopFactory]:
+def hops(tmp_path_factory: pytest.TempPathFactory, confdir: Path, module_mitmdumps: MitmdumpFactory) -> HopFactory:
     """`hops(mode, *args, record=True, out=None)`: a mitmdump in that mode with the recorder
     (writing to a fresh directory unless `out` is given), sharing the module's CA."""
-    started: list[Managed] = []
 
     def start(mode: str, *args: str, record: bool = True, out: Path | None = None) -> Hop:
         argv = ["--mode", mode, "--set", f"confdir={confdir}", *args]
         if record:
             out = out or tmp_path_factory.mktemp("rec") / "recording"
             argv += ["-s", ADDON, "--set", f"proxycheck_out={out}"]
-        proc = start_mitmdump(*argv)
-        started.append(proc)
-        return Hop(proc, out if record else None)
+        return Hop(module_mitmdumps(*argv), out if record else None)
 
-    try:
-        yield start
-    finally:
-        for proc in started:
-            proc.stop()
+    return start
 
 
 def ca_context(confdir: Path) -> ssl.SSLContext:

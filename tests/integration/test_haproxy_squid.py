@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -154,7 +155,12 @@ def test_haproxy_timeout_server_cuts_a_long_prefill(tmp_path: Path) -> None:
         assert "idle" not in advice and "keep-alive" not in advice, advice
         # HAProxy's side of it: every turn k went out to the engine once (no retry), and ended on
         # a server-side timeout during the data phase ("sD": it had already sent the headers).
-        states = [ts for _, _, _, _, ts in haproxy_log(haproxy)]
+        # HAProxy logs a session once it has closed both sides, a moment after the client saw the cut.
+        deadline = time.monotonic() + 5
+        while (states := [ts for _, _, _, _, ts in haproxy_log(haproxy)]).count("sD--") < 2 + 2 * reps:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert states.count("sD--") == 2 + 2 * reps, haproxy.log("haproxy.log")[-3000:]  # recorded + replayed
 
 

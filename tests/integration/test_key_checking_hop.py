@@ -11,13 +11,12 @@ With the key in the chain file, the same check is healthy.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+from cli_runner import run_proxycheck
 from proxies import start_nginx
 from sdk import converse
 
@@ -31,9 +30,8 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def check(recording: Path, chain: Path, out: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "proxycheck", "check", str(recording), "--chain", str(chain), "--pace", "fast",
-            "--out", str(out), "--json", str(out) + ".json"]  # fmt: skip
-    return subprocess.run(argv, capture_output=True, text=True, timeout=150, env={**os.environ, **env})
+    return run_proxycheck("check", str(recording), "--chain", str(chain), "--pace", "fast", "--out", str(out),
+                          "--json", str(out) + ".json", timeout=150, env=env)  # fmt: skip
 
 
 def test_a_hop_refusing_the_redacted_key_is_a_missing_credential_not_a_culprit(tmp_path: Path) -> None:

@@ -31,8 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +38,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cli_runner import run_proxycheck
 from common import RECORD, REPO, chain_file, check, record_through
 from proxies import Proxy, start_litellm
 from sdk import converse
@@ -259,8 +258,8 @@ def test_master_key_from_the_chain_file(tmp_path: Path, gateway: Gateway, monkey
 
         # Without the key, LiteLLM's bare 500 is not taken for its fault: the key is asked for.
         chain = hop_chain(tmp_path, gateway.engine, litellm)
-        done = subprocess.run([sys.executable, "-m", "proxycheck", "check", str(tmp_path / "rec"), "--chain", str(chain),
-                               *FAST, "--out", str(tmp_path / "run-without")], capture_output=True, text=True, timeout=120)  # fmt: skip
+        done = run_proxycheck("check", str(tmp_path / "rec"), "--chain", str(chain), *FAST,
+                              "--out", str(tmp_path / "run-without"), timeout=120)  # fmt: skip
         assert done.returncode == 2, done.stdout + done.stderr
         last = done.stderr.strip().splitlines()[-1]
         assert "route via:litellm answered HTTP 500" in last and "may be refusing for want of the credential" in last

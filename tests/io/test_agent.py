@@ -5,111 +5,61 @@ forward proxy, and a closed port."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from cli_runner import main_output, run_proxycheck
+from processes import EngineFactory, MitmdumpFactory
 
-from proxycheck.io.agent import AgentOptions, AgentRun, endpoint_url, run_agent
-from proxycheck.io.procs import free_port, start_engine, start_mitmdump
+from proxycheck.core.testbed.agent import AgentOptions, AgentRun
+from proxycheck.io.agent import endpoint_url, run_agent
+from proxycheck.io.procs import Managed, free_port
 
-REPO = Path(__file__).resolve().parents[2]
-FAULTS = REPO / "addons" / "faults.py"
 STALL_FROM_TURN = 3
-
-# Runs `proxycheck agent` through the real CLI (its error handling and exit codes) even before
-# cli.py lists the command; once it does, the plain `python -m proxycheck` is used.
-_SHIM = (
-    "import sys\n"
-    "from proxycheck import cli\n"
-    "from proxycheck.commands import agent\n"
-    "if agent not in cli.COMMANDS:\n"
-    "    cli.COMMANDS = (*cli.COMMANDS, agent)\n"
-    "sys.exit(cli.main(sys.argv[1:]))\n"
-)
-
-
-def agent_is_listed() -> bool:
-    from proxycheck import cli
-
-    return any(m.__name__ == "proxycheck.commands.agent" for m in cli.COMMANDS)
 
 
 def proxycheck(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    prefix = ["-m", "proxycheck"] if agent_is_listed() else ["-c", _SHIM]
-    return subprocess.run(
-        [sys.executable, *prefix, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    return run_proxycheck(*args, timeout=timeout, env={"COLUMNS": "200"})
 
 
 @pytest.fixture(scope="module")
-def engine():
-    proc = start_engine("--token-interval", "0.005", "--tool-call-rate", "0.6")
-    try:
-        yield proc
-    finally:
-        proc.stop()
+def engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", "0.005", "--tool-call-rate", "0.6")
 
 
 @pytest.fixture(scope="module")
-def short_keepalive_engine():
-    proc = start_engine("--token-interval", "0.005", "--keepalive-timeout", "0.2")
-    try:
-        yield proc
-    finally:
-        proc.stop()
-
-
-def fault_hop(engine, **faults: object):
-    """A reverse mitmdump hop in front of `engine` with the fault addon and these faults, stopped
-    when the module's tests are done."""
-    settings = [arg for name, value in faults.items() for arg in ("--set", f"proxycheck_fault_{name}={value}")]
-    proc = start_mitmdump("--mode", f"reverse:{engine.url}", "-s", str(FAULTS), *settings)
-    try:
-        yield proc
-    finally:
-        proc.stop()
+def short_keepalive_engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", "0.005", "--keepalive-timeout", "0.2")
 
 
 @pytest.fixture(scope="module")
-def stalling_hop(engine):
+def stalling_hop(engine: Managed, module_mitmdumps: MitmdumpFactory) -> Managed:
     """A reverse hop that stalls every stream after 6 events, from turn 3 on."""
-    yield from fault_hop(engine, stall_after=6, from_turn=STALL_FROM_TURN, stall_seconds=600)
+    return module_mitmdumps.faults(engine, "stall_after=6", f"from_turn={STALL_FROM_TURN}", "stall_seconds=600")
 
 
 @pytest.fixture(scope="module")
-def keepalive_stalling_hop(engine):
+def keepalive_stalling_hop(engine: Managed, module_mitmdumps: MitmdumpFactory) -> Managed:
     """A reverse hop that, from turn 2 on, answers every withheld event with a keep-alive comment."""
-    yield from fault_hop(engine, stall_after=6, stall_keepalive="true", from_turn=2, stall_seconds=600)
+    return module_mitmdumps.faults(engine, "stall_after=6", "stall_keepalive=true", "from_turn=2", "stall_seconds=600")
 
 
 @pytest.fixture(scope="module")
-def blackhole_hop(engine):
+def blackhole_hop(engine: Managed, module_mitmdumps: MitmdumpFactory) -> Managed:
     """A reverse hop that never answers a request arriving on a connection idle for over 0.3 s."""
-    yield from fault_hop(engine, idle_blackhole=0.3, stall_seconds=600)
+    return module_mitmdumps.faults(engine, "idle_blackhole=0.3", "stall_seconds=600")
 
 
 @pytest.fixture(scope="module")
-def truncating_hop(engine):
+def truncating_hop(engine: Managed, module_mitmdumps: MitmdumpFactory) -> Managed:
     """A reverse hop that keeps only the last 2 messages of every request (a context trimmer)."""
-    yield from fault_hop(engine, truncate_messages=2)
+    return module_mitmdumps.faults(engine, "truncate_messages=2")
 
 
 @pytest.fixture(scope="module")
-def forward_proxy():
+def forward_proxy(module_mitmdumps: MitmdumpFactory) -> Managed:
     """A plain forward proxy that streams bodies through as they come."""
-    proc = start_mitmdump("--mode", "regular", "--set", "stream_large_bodies=1")
-    try:
-        yield proc
-    finally:
-        proc.stop()
+    return module_mitmdumps("--mode", "regular", "--set", "stream_large_bodies=1")
 
 
 def options(base_url: str, **kw) -> AgentOptions:
@@ -316,21 +266,6 @@ def test_cli_closed_port_exits_1() -> None:
     assert json.loads(result.stdout)["outcomes"] == {"connect_error": 1}
 
 
-def main_in_process(capsys, monkeypatch, *argv: str) -> tuple[int, str, str]:
-    """`proxycheck ARGV` in this process (argument errors exit before any I/O, so it is quick)."""
-    from proxycheck import cli
-    from proxycheck.commands import agent
-
-    if not agent_is_listed():
-        monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, agent))
-    try:
-        code = cli.main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 2
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 VALID = ["--base-url", "http://127.0.0.1:9", "--sessions", "1", "--turns", "1"]
 
 
@@ -352,9 +287,9 @@ VALID = ["--base-url", "http://127.0.0.1:9", "--sessions", "1", "--turns", "1"]
         (["--on-fail", "retry"], "argument --on-fail: invalid choice"),
     ],
 )
-def test_bad_arguments_are_one_line_and_exit_2(capsys, monkeypatch, args: list[str], message: str) -> None:
+def test_bad_arguments_are_one_line_and_exit_2(capsys, args: list[str], message: str) -> None:
     # A repeated option is parsed again, so the bad value comes after a valid one.
-    code, out, err = main_in_process(capsys, monkeypatch, "agent", *VALID, *args)
+    code, out, err = main_output(capsys, "agent", *VALID, *args)
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("proxycheck: ") and message in lines[0], err
@@ -389,7 +324,7 @@ def test_many_turns_fold_into_runs_of_outcomes(monkeypatch) -> None:
     from rich.console import Console
 
     from proxycheck.core.exchange.outcomes import Outcome
-    from proxycheck.io.agent import SessionReport, TurnReport
+    from proxycheck.core.testbed.agent import SessionReport, TurnReport
     from proxycheck.report.agent_view import agent_view
 
     def turn(n: int, outcome: Outcome) -> TurnReport:

@@ -5,17 +5,17 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
-import subprocess
-import sys
 import time
 
 import httpx
 import pytest
+from cli_runner import run_proxycheck
+from processes import EngineFactory
 
 from proxycheck.core.protocol import dialects
 from proxycheck.core.protocol.analysis import StreamTracker
 from proxycheck.core.protocol.requestparts import HEADER_LIMIT, decode_parts
-from proxycheck.io.procs import start_engine
+from proxycheck.io.procs import Managed, start_engine
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -38,12 +38,8 @@ def body_for(dialect: str, n: int = 6, stream: bool = True, **extra) -> dict:
 
 
 @pytest.fixture(scope="module")
-def engine():
-    proc = start_engine("--token-interval", "0.01", "--ttft-base", "0.05", "--keepalive-timeout", "1")
-    try:
-        yield proc
-    finally:
-        proc.stop()
+def engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", "0.01", "--ttft-base", "0.05", "--keepalive-timeout", "1")
 
 
 def stream(url: str, path: str, doc: dict, client: httpx.Client | None = None, dialect: str | None = None):
@@ -177,16 +173,9 @@ def test_idle_keepalive_connections_are_closed(engine) -> None:
 
 
 @pytest.fixture(scope="module")
-def faulty():
-    proc = start_engine(
-        "--token-interval", "0.01",
-        "--fault", "stall:after=4,from_turn=2,seconds=30",
-        "--fault", "delay_headers:seconds=0.5,from_turn=3",
-    )
-    try:
-        yield proc
-    finally:
-        proc.stop()
+def faulty(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", "0.01", "--fault", "stall:after=4,from_turn=2,seconds=30",
+                          "--fault", "delay_headers:seconds=0.5,from_turn=3")  # fmt: skip
 
 
 def turn(n: int) -> list[dict]:
@@ -236,8 +225,7 @@ def test_other_faults(spec: str, check: str) -> None:
 def test_bad_arguments_are_one_line_and_exit_2() -> None:
     for args in (["--listen", "nowhere"], ["--listen", "127.0.0.1:0", "--fault", "stall"],
                  ["--listen", "127.0.0.1:0", "--token-interval", "-1"]):
-        result = subprocess.run([sys.executable, "-m", "proxycheck", "engine", *args], capture_output=True, text=True,
-                                timeout=30)
+        result = run_proxycheck("engine", *args, timeout=30)
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
+from cli_runner import run_proxycheck
+from processes import EngineFactory
 
 from proxycheck.core.protocol.sse import SSEEvent, parse
 from proxycheck.core.recording.journal import RecordedExchange
 from proxycheck.core.recording.summary import summarize_sessions
-from proxycheck.io.procs import Managed, start_engine
+from proxycheck.io.procs import Managed
 from proxycheck.io.storage import Recording, RecordingWriter, load
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,14 +63,6 @@ def replay(recording: Recording, engine: Managed, ex: RecordedExchange, **kw) ->
     return post(engine.url + ex.path, recording.request_body(ex), headers, **kw)
 
 
-def running(*args: str):
-    proc = start_engine(*args)
-    try:
-        yield proc
-    finally:
-        proc.stop()
-
-
 # ------------------------------------------------------------------------------------------------
 # The example recording
 
@@ -87,13 +79,13 @@ def turns(example: Recording) -> dict[tuple[str, int], RecordedExchange]:
 
 
 @pytest.fixture(scope="module")
-def at_speed_1():
-    yield from running("--replay", str(EXAMPLE))
+def at_speed_1(module_engines: EngineFactory) -> Managed:
+    return module_engines("--replay", str(EXAMPLE))
 
 
 @pytest.fixture(scope="module")
-def at_speed_0():
-    yield from running("--replay", str(EXAMPLE), "--replay-speed", "0")
+def at_speed_0(module_engines: EngineFactory) -> Managed:
+    return module_engines("--replay", str(EXAMPLE), "--replay-speed", "0")
 
 
 @pytest.mark.parametrize("speed", [0, 1])
@@ -212,8 +204,8 @@ def written(tmp_path_factory) -> Recording:
 
 
 @pytest.fixture(scope="module")
-def written_engine(written):
-    yield from running("--replay", str(written.directory))
+def written_engine(written: Recording, module_engines: EngineFactory) -> Managed:
+    return module_engines("--replay", str(written.directory))
 
 
 def by_text(recording: Recording, text: str) -> RecordedExchange:
@@ -283,11 +275,11 @@ def session(tmp_path_factory) -> Recording:
 
 
 @pytest.fixture(scope="module")
-def faulty(session):
-    yield from running("--replay", str(session.directory), "--replay-speed", "0",
-                       "--fault", "delay_headers:seconds=0.3,from_turn=2",
-                       "--fault", "stall:after=2,from_turn=2,seconds=30",
-                       "--fault", "status:code=503,from_turn=3")
+def faulty(session: Recording, module_engines: EngineFactory) -> Managed:
+    return module_engines("--replay", str(session.directory), "--replay-speed", "0",
+                          "--fault", "delay_headers:seconds=0.3,from_turn=2",
+                          "--fault", "stall:after=2,from_turn=2,seconds=30",
+                          "--fault", "status:code=503,from_turn=3")  # fmt: skip
 
 
 def test_faults_apply_to_replayed_turns(session, faulty) -> None:
@@ -311,8 +303,7 @@ def test_bad_replay_arguments_are_one_line_and_exit_2(tmp_path: Path) -> None:
     RecordingWriter(empty).close()
     for args in (["--replay", str(tmp_path / "missing")], ["--replay", str(tmp_path)], ["--replay", str(empty)],
                  ["--replay-speed", "2"], ["--replay", str(EXAMPLE), "--replay-speed", "-1"]):
-        result = subprocess.run([sys.executable, "-m", "proxycheck", "engine", "--listen", "127.0.0.1:0", *args],
-                                capture_output=True, text=True, timeout=30)
+        result = run_proxycheck("engine", "--listen", "127.0.0.1:0", *args, timeout=30)
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("proxycheck: ") and "Traceback" not in result.stderr

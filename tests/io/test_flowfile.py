@@ -17,30 +17,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cli_runner import main_status as main
 from mitmproxy import http
 from mitmproxy.io import FlowWriter
 from mitmproxy.test import tflow, tutils
+from processes import EngineFactory, MitmdumpFactory
 
-from proxycheck import cli
-from proxycheck.commands import export, importer
 from proxycheck.core.recording.summary import summarize_sessions
 from proxycheck.io.flowfile import read_flows
-from proxycheck.io.procs import start_engine, start_mitmdump
 from proxycheck.io.storage import Recording, load
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def main(*argv: str) -> int:
-    """The real CLI with import listed even before cli.py lists it."""
-    listed = {m.__name__ for m in cli.COMMANDS}
-    extra = tuple(m for m in (importer, export) if m.__name__ not in listed)
-    saved = cli.COMMANDS
-    cli.COMMANDS = (*saved, *extra)
-    try:
-        return cli.main(list(argv))
-    finally:
-        cli.COMMANDS = saved
 
 
 @dataclass
@@ -94,18 +81,14 @@ class Dumped:
 
 
 @pytest.fixture(scope="module")
-def dumped(tmp_path_factory: pytest.TempPathFactory) -> Dumped:
+def dumped(tmp_path_factory: pytest.TempPathFactory, module_engines: EngineFactory,
+           module_mitmdumps: MitmdumpFactory) -> Dumped:  # fmt: skip
     root = tmp_path_factory.mktemp("flows")
     flow, har = root / "traffic.flow", root / "traffic.har"
-    engine = start_engine("--token-interval", "0.005", "--tool-call-rate", "0")
-    try:
-        hop = start_mitmdump("--mode", f"reverse:{engine.url}", "-w", str(flow), "--set", f"hardump={har}")
-        try:
-            sessions = asyncio.run(_drive(hop.url))
-        finally:
-            hop.stop()  # SIGTERM: mitmdump shuts down cleanly and writes the HAR
-    finally:
-        engine.stop()
+    engine = module_engines("--token-interval", "0.005", "--tool-call-rate", "0")
+    hop = module_mitmdumps("--mode", f"reverse:{engine.url}", "-w", str(flow), "--set", f"hardump={har}")
+    sessions = asyncio.run(_drive(hop.url))
+    hop.stop()  # SIGTERM: mitmdump shuts down cleanly and writes the HAR
     return Dumped(flow, har, sessions)
 
 

@@ -7,17 +7,15 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import main_status as main
+from cli_runner import run_proxycheck
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxycheck import cli
 from proxycheck.commands import export, importer
 from proxycheck.core.recording.journal import RecordedExchange
 from proxycheck.core.recording.redact import REDACTED, RedactionPolicy
@@ -26,23 +24,9 @@ from proxycheck.io.har import har_document, read_har, write_recording
 from proxycheck.io.storage import Recording, RecordingWriter, load
 
 HAR_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "har"
-REPO = Path(__file__).resolve().parents[2]
 START = 1_714_637_000.125
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def main(*argv: str) -> int:
-    """The real CLI (its error handling and exit codes), with import and export listed even
-    before cli.py lists them."""
-    listed = {m.__name__ for m in cli.COMMANDS}
-    extra = tuple(m for m in (importer, export) if m.__name__ not in listed)
-    saved = cli.COMMANDS
-    cli.COMMANDS = (*saved, *extra)
-    try:
-        return cli.main(list(argv))
-    finally:
-        cli.COMMANDS = saved
 
 
 def chat_body(messages: list[dict], **extra) -> bytes:
@@ -344,16 +328,10 @@ def test_export_of_something_that_is_not_a_recording(tmp_path: Path, capsys) -> 
 
 
 def test_bad_input_through_the_real_command_line(tmp_path: Path) -> None:
-    """No traceback from `python -m proxycheck` either (the commands listed as in cli.py)."""
+    """No traceback from `python -m proxycheck` either."""
     path = tmp_path / "x.har"
     path.write_text("[1, 2")
-    shim = (
-        "import sys\nfrom proxycheck import cli\nfrom proxycheck.commands import export, importer\n"
-        "cli.COMMANDS = (*[m for m in cli.COMMANDS if m not in (export, importer)], importer, export)\n"
-        "sys.exit(cli.main(sys.argv[1:]))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", shim, "import", str(path), "--out", str(tmp_path / "r")],
-                          capture_output=True, text=True, timeout=30, cwd=REPO, env={**os.environ})  # fmt: skip
+    done = run_proxycheck("import", str(path), "--out", str(tmp_path / "r"), timeout=30)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith(f"proxycheck: {path}: not a HAR file (invalid JSON") and done.stderr.count("\n") == 1
 

@@ -12,21 +12,20 @@ import json
 import time
 from contextlib import asynccontextmanager
 from functools import partial
-from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import httpx
 import pytest
+from processes import EngineFactory, MitmdumpFactory
 
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.exchange.watchdogs import Watchdogs
 from proxycheck.core.testbed.ssefilter import truncate_messages
-from proxycheck.io.observe import ConnState, Observed, Watchdogs, aiohttp_trace_config, observe_aiohttp, observe_httpx
-from proxycheck.io.procs import Managed, free_port, start_engine, start_mitmdump
+from proxycheck.io.observe import ConnState, Observed, aiohttp_trace_config, observe_aiohttp, observe_httpx
+from proxycheck.io.procs import Managed, free_port
 
-REPO = Path(__file__).resolve().parents[2]
-FAULTS = REPO / "addons" / "faults.py"
 HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}
 WATCHDOGS = Watchdogs(connect=5.0, headers=10.0, stall=10.0)
 KEEPALIVE = 0.5  # the engine closes connections idle this long
@@ -47,68 +46,52 @@ def chat(n_messages: int = 2, max_tokens: int = 16, stream: bool = True, pad: in
 # -- processes --------------------------------------------------------------------------------------
 
 
-def running(proc: Managed) -> Iterator[Managed]:
-    try:
-        yield proc
-    finally:
-        proc.stop()
-
-
-def engine_with(*args: str) -> Iterator[Managed]:
-    yield from running(start_engine("--token-interval", "0.005", *args))
-
-
-def hop_with(upstream: Managed, *options: str) -> Iterator[Managed]:
-    sets = [arg for option in options for arg in ("--set", f"proxycheck_fault_{option}")]
-    yield from running(start_mitmdump("--mode", f"reverse:{upstream.url}", "-s", str(FAULTS), *sets))
+@pytest.fixture(scope="module")
+def engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", "0.005", "--keepalive-timeout", str(KEEPALIVE))
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Managed]:
-    yield from engine_with("--keepalive-timeout", str(KEEPALIVE))
+def stalling_engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", "0.005", "--fault", "stall:after=5")
 
 
 @pytest.fixture(scope="module")
-def stalling_engine() -> Iterator[Managed]:
-    yield from engine_with("--fault", "stall:after=5")
+def contentless_engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", "0.005", "--fault", "stall:after=1")  # the role chunk only: no content
 
 
 @pytest.fixture(scope="module")
-def contentless_engine() -> Iterator[Managed]:
-    yield from engine_with("--fault", "stall:after=1")  # the role chunk only: no content
+def slow_headers_engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", "0.005", "--fault", "delay_headers:seconds=3")
 
 
 @pytest.fixture(scope="module")
-def slow_headers_engine() -> Iterator[Managed]:
-    yield from engine_with("--fault", "delay_headers:seconds=3")
+def resetting_engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", "0.005", "--fault", "close:after=5")
 
 
 @pytest.fixture(scope="module")
-def resetting_engine() -> Iterator[Managed]:
-    yield from engine_with("--fault", "close:after=5")
+def unterminated_engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", "0.005", "--fault", "drop_terminal")
 
 
 @pytest.fixture(scope="module")
-def unterminated_engine() -> Iterator[Managed]:
-    yield from engine_with("--fault", "drop_terminal")
-
-
-@pytest.fixture(scope="module")
-def keepalive_hop(engine: Managed) -> Iterator[Managed]:
+def keepalive_hop(engine: Managed, module_mitmdumps: MitmdumpFactory) -> Managed:
     """Forwards 6 events, then answers every withheld chunk with a `: keep-alive` comment."""
-    yield from hop_with(engine, "stall_after=6", "stall_keepalive=true", "stall_seconds=600")
+    return module_mitmdumps.faults(engine, "stall_after=6", "stall_keepalive=true", "stall_seconds=600")
 
 
 @pytest.fixture(scope="module")
-def gateway_hop(engine: Managed) -> Iterator[Managed]:
+def gateway_hop(engine: Managed, module_mitmdumps: MitmdumpFactory) -> Managed:
     """Answers 413 to bodies over 2000 bytes and keeps only the last 2 messages of the others."""
-    yield from hop_with(engine, "max_body=2000", "truncate_messages=2")
+    return module_mitmdumps.faults(engine, "max_body=2000", "truncate_messages=2")
 
 
 @pytest.fixture(scope="module")
-def reserializing_hop(engine: Managed) -> Iterator[Managed]:
+def reserializing_hop(engine: Managed, module_mitmdumps: MitmdumpFactory) -> Managed:
     """Writes every JSON request body another way: the same content, other bytes."""
-    yield from hop_with(engine, "reserialize=true")
+    return module_mitmdumps.faults(engine, "reserialize=true")
 
 
 # -- the two client stacks --------------------------------------------------------------------------

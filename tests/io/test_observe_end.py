@@ -11,56 +11,41 @@ client stacks, against the reference engine and mitmdump fault hops:
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-from typing import Iterator
 
 import pytest
+from processes import EngineFactory, MitmdumpFactory
 from test_observe import HEADERS, chat, client, observe_one  # noqa: F401  (fixtures and helpers)
 
 from proxycheck.core.errors import ClientFault
 from proxycheck.core.exchange.outcomes import Outcome
-from proxycheck.io.observe import Watchdogs
-from proxycheck.io.procs import Managed, start_engine, start_mitmdump
+from proxycheck.core.exchange.watchdogs import Watchdogs
+from proxycheck.io.procs import Managed
 
-REPO = Path(__file__).resolve().parents[2]
-FAULTS = REPO / "addons" / "faults.py"
 STALL = 1.0
 WATCHDOGS = Watchdogs(connect=5.0, headers=10.0, stall=STALL)
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def running(proc: Managed) -> Iterator[Managed]:
-    try:
-        yield proc
-    finally:
-        proc.stop()
+@pytest.fixture(scope="module")
+def engine(module_engines: EngineFactory) -> Managed:
+    return module_engines("--token-interval", "0.002")
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Managed]:
-    yield from running(start_engine("--token-interval", "0.002"))
-
-
-@pytest.fixture(scope="module")
-def closing_engine() -> Iterator[Managed]:
+def closing_engine(module_engines: EngineFactory) -> Managed:
     """Sends every event, [DONE] too, then hangs up before the end of the chunked body."""
-    yield from running(start_engine("--token-interval", "0.002", "--fault", "close:after=100000"))
-
-
-def hop(upstream: Managed, *options: str) -> Iterator[Managed]:
-    sets = [arg for option in options for arg in ("--set", f"proxycheck_fault_{option}")]
-    yield from running(start_mitmdump("--mode", f"reverse:{upstream.url}", "-s", str(FAULTS), *sets))
+    return module_engines("--token-interval", "0.002", "--fault", "close:after=100000")
 
 
 @pytest.fixture(scope="module")
-def holding_hop(engine: Managed) -> Iterator[Managed]:
-    yield from hop(engine, "hold_open=true", "stall_seconds=30")
+def holding_hop(engine: Managed, module_mitmdumps: MitmdumpFactory) -> Managed:
+    return module_mitmdumps.faults(engine, "hold_open=true", "stall_seconds=30")
 
 
 @pytest.fixture(scope="module")
-def unterminated_holding_hop(engine: Managed) -> Iterator[Managed]:
-    yield from hop(engine, "hold_open=true", "drop_terminal=true", "stall_seconds=30")
+def unterminated_holding_hop(engine: Managed, module_mitmdumps: MitmdumpFactory) -> Managed:
+    return module_mitmdumps.faults(engine, "hold_open=true", "drop_terminal=true", "stall_seconds=30")
 
 
 @pytest.fixture(params=["httpx", "aiohttp"])
@@ -90,11 +75,12 @@ async def test_a_finish_reason_held_open_without_done_is_held_open(unterminated_
     assert "held open after its finish reason (stop" in obs.detail and "without its terminator [DONE]" in obs.detail
 
 
-async def test_the_same_stall_before_the_answer_is_still_a_mid_stream_stall(engine: Managed, stack: str) -> None:
+async def test_the_same_stall_before_the_answer_is_still_a_mid_stream_stall(engine: Managed, stack: str,
+                                                                            engines: EngineFactory) -> None:
     # Fooling the rule the other way: content came but no finish reason, then silence.
-    for proc in running(start_engine("--token-interval", "0.002", "--fault", "stall:after=4")):
-        obs = await observe_one(stack, proc.url, chat(max_tokens=8), WATCHDOGS)
-        assert obs.outcome is Outcome.STALL_MID_STREAM, obs.detail
+    proc = engines("--token-interval", "0.002", "--fault", "stall:after=4")
+    obs = await observe_one(stack, proc.url, chat(max_tokens=8), WATCHDOGS)
+    assert obs.outcome is Outcome.STALL_MID_STREAM, obs.detail
 
 
 @pytest.mark.parametrize(

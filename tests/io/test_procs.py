@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from proxycheck.io.procs import Managed, ProcessError, start_engine
+from proxycheck.core.errors import ProcessError
+from proxycheck.io.procs import Managed, start_engine
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -20,48 +20,38 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_runner import proxycheck_argv
+from processes import EngineFactory, MitmdumpFactory
 
 from proxycheck import cli
 from proxycheck.commands import replay as replay_cmd
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.exchange.watchdogs import Watchdogs
 from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
 from proxycheck.core.recording.summary import summarize_sessions
 from proxycheck.core.replay.chain import parse_chain
-from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, Watchdogs, p99, plan_sessions
+from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, p99, plan_sessions
 from proxycheck.io.agent import AgentOptions, run_agent
-from proxycheck.io.procs import Managed, start_engine, start_mitmdump
+from proxycheck.io.procs import Managed
 from proxycheck.io.recordings import recorded_session_headers
 from proxycheck.io.replayer import REPLAY_HEADER, ReplayOptions, replay, request_headers
 from proxycheck.io.runstore import Run, load_run
 from proxycheck.io.storage import load
 
 REPO = Path(__file__).resolve().parents[2]
-RECORD = str(REPO / "addons" / "record.py")
-FAULTS = str(REPO / "addons" / "faults.py")
 THINK = 0.3
 THINK_ERROR = 0.02  # p99 of |replayed - recorded| think time
 STALL = 1.0  # --stall-timeout of the fault tests
 
 pytestmark = pytest.mark.timeout(90)
-
-_SHIM = (
-    "import sys\n"
-    "from proxycheck import cli\n"
-    "from proxycheck.commands import replay\n"
-    "if replay not in cli.COMMANDS:\n"
-    "    cli.COMMANDS = (*cli.COMMANDS, replay)\n"
-    "sys.exit(cli.main(sys.argv[1:]))\n"
-)
 
 # --------------------------------------------------------------------------------------------
 # processes and the recording
@@ -101,50 +91,40 @@ def _hop_args(sessions: list[PlannedSession]) -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    started: list[Managed] = []
-    try:
-        engine = start_engine("--token-interval", "0.004", "--ttft-per-kb", "0", "--tool-call-rate", "0.6")
-        started.append(engine)
-        other = start_engine("--token-interval", "0.001", "--seed", "7", "--tool-call-rate", "0.6")
-        started.append(other)
-        out = tmp_path_factory.mktemp("rec") / "recording"
-        recorder = start_mitmdump("--mode", f"reverse:{engine.url}", "-s", RECORD, "--set", f"proxycheck_out={out}")
-        started.append(recorder)
-        options = AgentOptions(
-            base_url=recorder.url, sessions=2, turns=3, think=THINK, max_tokens=48, session_id_header="x-session-id"
-        )
-        import asyncio
+def world(tmp_path_factory: pytest.TempPathFactory, module_engines: EngineFactory,
+          module_mitmdumps: MitmdumpFactory) -> World:  # fmt: skip
+    engine = module_engines("--token-interval", "0.004", "--ttft-per-kb", "0", "--tool-call-rate", "0.6")
+    other = module_engines("--token-interval", "0.001", "--seed", "7", "--tool-call-rate", "0.6")
+    out = tmp_path_factory.mktemp("rec") / "recording"
+    recorder = module_mitmdumps.recorder(engine, out)
+    options = AgentOptions(
+        base_url=recorder.url, sessions=2, turns=3, think=THINK, max_tokens=48, session_id_header="x-session-id"
+    )
+    import asyncio
 
-        assert asyncio.run(run_agent(options)).ok
-        time.sleep(1.5)  # the recorder flushes its last chunks within a second
-        sessions = plan(out)
-        assert [len(s.turns) for s in sessions] == [3, 3]
-        clean = start_mitmdump("--mode", f"reverse:{recorder.url}", "-s", FAULTS)
-        started.append(clean)
-        hops = {"clean": clean, "recorder": recorder}
-        specs = _hop_args(sessions)
+    assert asyncio.run(run_agent(options)).ok
+    time.sleep(1.5)  # the recorder flushes its last chunks within a second
+    sessions = plan(out)
+    assert [len(s.turns) for s in sessions] == [3, 3]
+    clean = module_mitmdumps.faults(recorder)
+    hops = {"clean": clean, "recorder": recorder}
+    specs = _hop_args(sessions)
 
-        def start(name: str) -> tuple[str, Managed]:
-            # The stall hop sits in front of the clean hop (chain: stall -> clean -> recorder).
-            upstream = clean.url if name == "stall" else engine.url
-            sets = [a for o in specs[name] for a in ("--set", f"proxycheck_fault_{o}")]
-            return name, start_mitmdump("--mode", f"reverse:{upstream}", "-s", FAULTS, *sets)
+    def start(name: str) -> tuple[str, Managed]:
+        # The stall hop sits in front of the clean hop (chain: stall -> clean -> recorder).
+        upstream = clean if name == "stall" else engine
+        return name, module_mitmdumps.faults(upstream, *specs[name])
 
-        with ThreadPoolExecutor(len(specs)) as pool:
-            futures = [pool.submit(start, n) for n in specs]
-            for future in futures:
-                try:
-                    name, proc = future.result()
-                except Exception:
-                    continue  # reported below
-                started.append(proc)
-                hops[name] = proc
-        assert set(specs) <= set(hops), "a faulty hop did not start"
-        yield World(engine, other, recorder, out, sessions, hops)
-    finally:
-        for proc in started:
-            proc.stop()
+    with ThreadPoolExecutor(len(specs)) as pool:
+        futures = [pool.submit(start, n) for n in specs]
+        for future in futures:
+            try:
+                name, proc = future.result()
+            except Exception:
+                continue  # reported below
+            hops[name] = proc
+    assert set(specs) <= set(hops), "a faulty hop did not start"
+    return World(engine, other, recorder, out, sessions, hops)
 
 
 def chain_file(tmp: Path, engine: str, *hops: tuple[str, str], headers: str = "") -> Path:
@@ -167,7 +147,7 @@ def run_replay(*argv: str) -> int:
         args = parser.parse_args(["replay", *argv])
     except SystemExit as exc:
         return int(exc.code or 0)
-    return args.run(args)
+    return cli.run_command(args)  # its errors as cli.main reports them
 
 
 def by_route(run: Run) -> dict[str, list[Observation]]:
@@ -332,16 +312,12 @@ class TlsChain:
 
 
 @pytest.fixture(scope="module")
-def tls_chain(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsChain]:
+def tls_chain(world: World, tmp_path_factory: pytest.TempPathFactory,
+              module_mitmdumps: MitmdumpFactory) -> TlsChain:  # fmt: skip
     confdir = tmp_path_factory.mktemp("mitmproxy-conf")
-    started: list[Managed] = []
-    try:
-        started.append(start_mitmdump("--mode", f"reverse:{world.engine.url}", "--set", f"confdir={confdir}"))
-        started.append(start_mitmdump("--mode", "regular", "--ignore-hosts", ".*", "--set", f"confdir={confdir}"))
-        yield TlsChain(started[0], started[1], confdir / "mitmproxy-ca-cert.pem")
-    finally:
-        for proc in started:
-            proc.stop()
+    tls = module_mitmdumps("--mode", f"reverse:{world.engine.url}", "--set", f"confdir={confdir}")
+    forward = module_mitmdumps("--mode", "regular", "--ignore-hosts", ".*", "--set", f"confdir={confdir}")
+    return TlsChain(tls, forward, confdir / "mitmproxy-ca-cert.pem")
 
 
 @pytest.mark.parametrize("client", ["httpx", "aiohttp"])
@@ -540,8 +516,8 @@ def test_ctrl_c_keeps_a_loadable_interrupted_run(world: World, tmp_path: Path) -
     chain = chain_file(tmp_path, world.engine.url, ("stall", world.hops["stall"].url))
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SHIM, "replay", str(world.recording), "--chain", str(chain), "--route", "via:stall",
-         "--pace", "fast", "--stall-timeout", "60", "--out", str(out)],
+        proxycheck_argv("replay", str(world.recording), "--chain", str(chain), "--route", "via:stall",
+                        "--pace", "fast", "--stall-timeout", "60", "--out", str(out)),
         cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip

@@ -574,9 +574,12 @@ class _Values:
 
 
 def _relative(a: float | None, b: float | None) -> float | None:
+    """b / a - 1, or None when it is undefined: a is 0 or unknown, or so near 0 that the ratio
+    overflows (an infinite change would make the bootstrap interval NaN)."""
     if a is None or b is None or a == 0:
         return None
-    return b / a - 1
+    ratio = b / a
+    return ratio - 1 if math.isfinite(ratio) else None
 
 
 def compare(

@@ -51,9 +51,12 @@ from difflib import SequenceMatcher
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote, unquote
 
-# The reference engine's headers about the request it received (besides wire.SHA_HEADER and
-# wire.BYTES_HEADER, the raw digest and size): the digest of the body's canonical JSON, and the
-# parts of what the model sees.
+# The reference engine's headers about the request it received: the digest and size of the body
+# as it arrived (a hop that altered the request is caught by comparing with what was sent), the
+# digest of the body's canonical JSON (a re-serialized body has the same), and the parts of what
+# the model sees. Clients read them (`proxycheck.core.exchange.outcomes`); the engine writes them.
+SHA_HEADER = "x-proxycheck-request-sha256"
+BYTES_HEADER = "x-proxycheck-request-bytes"
 CANONICAL_HEADER = "x-proxycheck-request-canonical-sha256"
 PARTS_HEADER = "x-proxycheck-request-parts"
 # The largest parts header: clients and proxies limit a header line (aiohttp and nginx to about

@@ -110,6 +110,86 @@ def dumps(record: Mapping[str, Any]) -> bytes:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
+# Encoders: one record of each kind, as the module docstring lists them. The writer
+# (`proxycheck.io.storage.RecordingWriter`) decides what to journal and when; what the lines say
+# is decided here, beside the `RecordingBuilder` that reads them back. Times are rounded to the
+# microsecond, as every journaled time is.
+
+
+def blob_record(pid: str, data: bytes) -> dict[str, Any]:
+    """A piece of request content: its text as `v`, or `b64` when it is not UTF-8."""
+    try:
+        return {"k": "blob", "id": pid, "v": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"k": "blob", "id": pid, "b64": base64.b64encode(data).decode("ascii")}
+
+
+def request_record(
+    xid: int,
+    t: float,
+    method: str,
+    url: str,
+    http_version: str | None,
+    headers: Iterable[tuple[str, HeaderValue]],
+    body: Mapping[str, Any],
+    *,
+    redacted: Iterable[str] = (),
+    conn: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A request; `body` is its encoded body (`proxycheck.core.recording.bodies.encode_body`)."""
+    rec: dict[str, Any] = {"k": "req", "x": xid, "t": round(t, 6), "method": method, "url": url,
+                           "http": http_version, "headers": encode_headers(headers), "body": dict(body)}  # fmt: skip
+    removed = list(redacted)
+    if removed:
+        rec["redacted"] = removed
+    if conn:
+        rec["conn"] = dict(conn)
+    return rec
+
+
+def response_record(
+    xid: int,
+    t: float,
+    status: int,
+    reason: str | None,
+    headers: Iterable[tuple[str, HeaderValue]],
+    *,
+    streamed: bool,
+    http_version: str | None = None,
+    conn: Mapping[str, Any] | None = None,
+    chunk_timing: bool = True,
+) -> dict[str, Any]:
+    """Response headers (`"timing": false` when the chunks that follow carry no arrival times)."""
+    rec: dict[str, Any] = {"k": "resp", "x": xid, "t": round(t, 6), "status": status, "reason": reason,
+                           "http": http_version, "headers": encode_headers(headers), "stream": streamed}  # fmt: skip
+    if conn:
+        rec["conn"] = dict(conn)
+    if not chunk_timing:
+        rec["timing"] = False
+    return rec
+
+
+def data_record(xid: int, chunks: list[tuple[float, bytes]]) -> dict[str, Any]:
+    """Response bytes as they arrived (at most DATA_RECORD_MAX of them: the writer splits)."""
+    return {"k": "data", "x": xid, **encode_data(chunks)}
+
+
+def end_record(xid: int, t: float) -> dict[str, Any]:
+    return {"k": "end", "x": xid, "t": round(t, 6)}
+
+
+def error_record(xid: int, t: float, message: str, conn: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    rec: dict[str, Any] = {"k": "error", "x": xid, "msg": message}
+    if conn:
+        rec["conn"] = dict(conn)
+    rec["t"] = round(t, 6)
+    return rec
+
+
+def close_record(t: float, reason: str, inflight: Iterable[int]) -> dict[str, Any]:
+    return {"k": "close", "t": round(t, 6), "reason": reason, "inflight": sorted(inflight)}
+
+
 # --------------------------------------------------------------------------------------------
 # Loaded exchanges
 
@@ -236,7 +316,9 @@ class RecordingBuilder:
 
     `add(record, where)` takes one decoded JSON line; a record that does not fit (unknown
     exchange, missing fields) is skipped with a warning naming `where`. Pieces are collected so
-    bodies can be joined later; `finish()` returns the exchanges in request order.
+    bodies can be joined later; `finish()` returns the exchanges in request order. A reader that
+    follows a journal as it grows asks `take_changed()` instead: only the exchanges the records
+    added since it last asked changed, so it rebuilds no more than what is new.
     """
 
     def __init__(self) -> None:
@@ -245,6 +327,7 @@ class RecordingBuilder:
         self.closed: list[dict[str, Any]] = []
         self._exchanges: dict[int, _Building] = {}
         self._unknown_kinds: set[str] = set()
+        self._changed: set[int] = set()
 
     def add(self, rec: Any, where: str) -> None:
         if not isinstance(rec, dict):
@@ -262,6 +345,11 @@ class RecordingBuilder:
         except (ValueError, TypeError, KeyError) as exc:
             detail = exc.args[0] if exc.args else type(exc).__name__
             self.warnings.append(RecordingWarning(where, f"bad {kind!r} record ({detail}); skipped"))
+            return
+        if kind == "close":
+            self._changed.update(x for x in rec.get("inflight") or () if x in self._exchanges)
+        elif kind != "blob":
+            self._changed.add(rec["x"])
 
     # Handlers -----------------------------------------------------------------------------
 
@@ -353,14 +441,23 @@ class RecordingBuilder:
     # ---------------------------------------------------------------------------------------
 
     def finish(self) -> list[RecordedExchange]:
-        out = []
-        for b in self._exchanges.values():
-            fields = dict(b.fields)
-            fields["chunks"] = tuple(b.chunks)
-            fields["response_body"] = b"".join(b.data)
-            out.append(RecordedExchange(**fields))
+        self._changed.clear()
+        out = [_built(b) for b in self._exchanges.values()]
         out.sort(key=lambda x: (x.t_request, x.xid))
         return out
+
+    def take_changed(self) -> list[RecordedExchange]:
+        """The exchanges that records added since the last call (or `finish`) started or changed."""
+        out = [_built(self._exchanges[x]) for x in sorted(self._changed)]
+        self._changed.clear()
+        return out
+
+
+def _built(b: _Building) -> RecordedExchange:
+    fields = dict(b.fields)
+    fields["chunks"] = tuple(b.chunks)
+    fields["response_body"] = b"".join(b.data)
+    return RecordedExchange(**fields)
 
 
 _HANDLERS: dict[str, Callable[[RecordingBuilder, dict[str, Any]], None]] = {

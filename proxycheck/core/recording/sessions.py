@@ -191,6 +191,13 @@ def label_of(names: Mapping[str, SessionName], session_id: str) -> str:
     return shorten(readable_key(session_id), 40)
 
 
+def think_time(previous_end: float | None, start: float) -> float | None:
+    """The wait before a request: from the end (or error) of the exchange it follows to its
+    start, to the microsecond; None when that exchange never ended. The one rule for think
+    times and backoffs, in the session listing and in the replay plan alike."""
+    return None if previous_end is None else round(start - previous_end, 6)
+
+
 def attempt_text(turn: int, attempt: int, attempts: int) -> str:
     """`turn 3` or `turn 3, attempt 2 of 3`: a turn as reports name it."""
     return f"turn {turn}" if attempts <= 1 else f"turn {turn}, attempt {attempt} of {attempts}"
@@ -435,10 +442,10 @@ def _close(s: _Open) -> Session:
         if s.attempt_no[i] > 1:
             prev = latest[number]
             thinks.append(None)
-            backoffs.append(None if prev.t_end is None else round(cur.t_start - prev.t_end, 6))
+            backoffs.append(think_time(prev.t_end, cur.t_start))
         else:
             prev = s.exchanges[i - 1] if i else None
-            thinks.append(None if prev is None or prev.t_end is None else round(cur.t_start - prev.t_end, 6))
+            thinks.append(think_time(prev.t_end if prev is not None else None, cur.t_start))
             backoffs.append(None)
         latest[number] = cur
     key = readable_key(s.id) if s.exchanges[0].explicit_key is not None else None

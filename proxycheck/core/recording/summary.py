@@ -7,16 +7,24 @@ is its last attempt's, and the failed attempts stay listed as the evidence they 
 This joins the pieces of the core: the dialect of each exchange (from its path and body), the
 analysis of its recorded response, its outcome, and session grouping. `proxycheck sessions`
 renders the result as a table or JSON (`to_json`).
+
+Each exchange's response is parsed once (`analyze`, giving an `ExchangeAnalysis`), and the
+analysis stays with its turn (`TurnSummary.analysis`) for the replay plan
+(`proxycheck.core.replay.plan`), which asks it instead of parsing again. The rules every reader of
+a recorded exchange shares live here: whether its response was a stream (`is_streamed`; whether
+its request asked for one, `requests_stream`) and when it ended (`ended_at`). A growing recording
+(`proxycheck record`'s live view) is summarized with a `SessionSummarizer` fed only the exchanges
+that changed, so a refresh analyses what is new and nothing else.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
 
-from proxycheck.core.exchange.outcomes import Outcome, classify_recorded
+from proxycheck.core.exchange.outcomes import Classified, Outcome, classify_recorded
 from proxycheck.core.protocol import dialects
 from proxycheck.core.protocol.analysis import ResponseAnalysis, analyze_body, analyze_stream
 from proxycheck.core.protocol.encoding import decode_body, decode_chunks
@@ -62,6 +70,9 @@ class TurnSummary:
     attempts: int = 1
     backoff: float | None = None
     retry_count: int | None = None  # the request's x-stainless-retry-count, when it had one
+    # The parse of the recorded response the fields above come from, kept for the replay plan;
+    # not part of what a summary says (equality, repr and JSON leave it out).
+    analysis: "ExchangeAnalysis | None" = field(default=None, compare=False, repr=False)
 
     @property
     def last_attempt(self) -> bool:
@@ -108,13 +119,25 @@ def dialect_of(exchange: RecordedExchange) -> str | None:
     return dialects.detect(exchange.path, pseudo or None, headers)
 
 
+def requests_stream(exchange: RecordedExchange) -> bool:
+    """Whether the request asked for a streamed response (`"stream": true`)."""
+    return exchange.body.fields.get("stream") is True
+
+
 def is_streamed(exchange: RecordedExchange) -> bool:
+    """Whether the recorded response was a stream: as the recorder saw it, else by its
+    content type (an event stream), else by what the request asked for."""
     if exchange.streamed is not None:
         return exchange.streamed
     ctype = exchange.response_header("content-type")
     if isinstance(ctype, str) and "event-stream" in ctype.lower():
         return True
-    return bool(exchange.body.fields.get("stream"))
+    return requests_stream(exchange)
+
+
+def ended_at(exchange: RecordedExchange) -> float | None:
+    """When the exchange ended: its end, else its error (None while it is in flight)."""
+    return exchange.t_end if exchange.t_end is not None else exchange.t_error
 
 
 def analyze_exchange(exchange: RecordedExchange, dialect: str | None) -> ResponseAnalysis | None:
@@ -163,6 +186,94 @@ def _prompt(exchange: RecordedExchange, resolve: Callable[[str], bytes]) -> str 
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class ExchangeAnalysis:
+    """One recorded exchange worked out once: its dialect, whether its response was a stream
+    (`is_streamed`), the parse of that response (None before headers), its outcome, and when it
+    ended (`ended_at`)."""
+
+    dialect: str | None
+    streamed: bool
+    response: ResponseAnalysis | None
+    classified: Classified
+    ended_at: float | None
+
+
+def analyze(ex: RecordedExchange) -> ExchangeAnalysis:
+    """The analysis of one exchange (its response parsed once)."""
+    dialect = dialect_of(ex)
+    analysis = analyze_exchange(ex, dialect)
+    classified = classify_recorded(
+        finished=ex.finished,
+        error=ex.error,
+        interrupted=ex.interrupted,
+        status=ex.status,
+        analysis=analysis,
+        ended_at=ex.t_error if ex.error is not None else ex.t_end,
+    )
+    return ExchangeAnalysis(dialect, is_streamed(ex), analysis, classified, ended_at(ex))
+
+
+class SessionSummarizer:
+    """Sessions of a set of exchanges that may grow: `add` analyses the exchanges given (new
+    ones, or new versions of ones already added, as a journal being written changes them) and
+    keeps every analysis; `summaries` and `session_count` group what was added so far."""
+
+    def __init__(
+        self,
+        resolve: Callable[[str], bytes],
+        *,
+        session_headers: Sequence[str] = DEFAULT_SESSION_HEADERS,
+        session_fields: Sequence[str] = DEFAULT_SESSION_FIELDS,
+    ) -> None:
+        self._resolve = resolve
+        self._headers = tuple(session_headers)
+        self._fields = tuple(session_fields)
+        self._facts: dict[int, tuple[RecordedExchange, ExchangeAnalysis, TurnInput]] = {}
+
+    def add(self, exchanges: Iterable[RecordedExchange]) -> None:
+        for ex in exchanges:
+            analysis = analyze(ex)
+            self._facts[ex.xid] = (ex, analysis, self._turn_input(ex, analysis))
+
+    def _turn_input(self, ex: RecordedExchange, analysis: ExchangeAnalysis) -> TurnInput:
+        key = explicit_key(ex, self._headers, self._fields)
+        return TurnInput(
+            xid=ex.xid,
+            t_start=ex.t_request,
+            t_end=analysis.ended_at,
+            explicit_key=key[0] if key else None,
+            key_source=key[1] if key else None,
+            history=ex.body.messages,
+            prompt=_prompt(ex, self._resolve) if ex.body.messages is None else None,
+            client=ex.conn.client_id if ex.conn else None,
+            route=f"{ex.method} {ex.path}",
+            failed=analysis.classified.outcome is not Outcome.OK,
+            retry_count=retry_count(ex),
+            digest=ex.body.sha256,
+        )
+
+    def session_count(self) -> int:
+        """How many sessions the exchanges added so far make."""
+        return len(group([facts[2] for facts in self._facts.values()]))
+
+    def summaries(self) -> list[SessionSummary]:
+        """The sessions of the exchanges added so far, every turn described."""
+        out = []
+        for session in group([facts[2] for facts in self._facts.values()]):
+            turns = []
+            for i, xid in enumerate(session.xids):
+                ex, analysis, _ = self._facts[xid]
+                turn = session.turn_numbers[i]
+                turns.append(_turn(turn, ex, analysis, session.think_times[i], session.attempt_numbers[i],
+                                   session.attempts(turn), session.backoffs[i]))  # fmt: skip
+            common = Counter(t.dialect for t in turns if t.dialect).most_common(1)
+            dialect = common[0][0] if common else None
+            out.append(SessionSummary(session.id, session.grouped_by, dialect, tuple(turns), session.label,
+                                      session.key))  # fmt: skip
+        return out
+
+
 def summarize_sessions(
     exchanges: Sequence[RecordedExchange],
     resolve: Callable[[str], bytes],
@@ -171,73 +282,34 @@ def summarize_sessions(
     session_fields: Sequence[str] = DEFAULT_SESSION_FIELDS,
 ) -> list[SessionSummary]:
     """Group exchanges into sessions and describe every turn."""
-    facts: dict[int, tuple[RecordedExchange, str | None, ResponseAnalysis | None, Any]] = {}
-    inputs = []
-    for ex in exchanges:
-        dialect = dialect_of(ex)
-        analysis = analyze_exchange(ex, dialect)
-        classified = classify_recorded(
-            finished=ex.finished,
-            error=ex.error,
-            interrupted=ex.interrupted,
-            status=ex.status,
-            analysis=analysis,
-            ended_at=ex.t_error if ex.error is not None else ex.t_end,
-        )
-        facts[ex.xid] = (ex, dialect, analysis, classified)
-        key = explicit_key(ex, session_headers, session_fields)
-        inputs.append(
-            TurnInput(
-                xid=ex.xid,
-                t_start=ex.t_request,
-                t_end=ex.t_end if ex.t_end is not None else ex.t_error,
-                explicit_key=key[0] if key else None,
-                key_source=key[1] if key else None,
-                history=ex.body.messages,
-                prompt=_prompt(ex, resolve) if ex.body.messages is None else None,
-                client=ex.conn.client_id if ex.conn else None,
-                route=f"{ex.method} {ex.path}",
-                failed=classified.outcome is not Outcome.OK,
-                retry_count=retry_count(ex),
-                digest=ex.body.sha256,
-            )
-        )
-    out = []
-    for session in group(inputs):
-        turns = []
-        for i, xid in enumerate(session.xids):
-            ex, dialect, analysis, classified = facts[xid]
-            turn = session.turn_numbers[i]
-            turns.append(_turn(turn, ex, dialect, analysis, classified, session.think_times[i], session.attempt_numbers[i],
-                               session.attempts(turn), session.backoffs[i]))  # fmt: skip
-        common = Counter(t.dialect for t in turns if t.dialect).most_common(1)
-        dialect = common[0][0] if common else None
-        out.append(SessionSummary(session.id, session.grouped_by, dialect, tuple(turns), session.label, session.key))
-    return out
+    summarizer = SessionSummarizer(resolve, session_headers=session_headers, session_fields=session_fields)
+    summarizer.add(exchanges)
+    return summarizer.summaries()
 
 
-def _turn(n: int, ex: RecordedExchange, dialect: str | None, analysis: ResponseAnalysis | None, classified: Any,
-          think: float | None, attempt: int = 1, attempts: int = 1, backoff: float | None = None) -> TurnSummary:  # fmt: skip
-    result = analysis.result if analysis else None
-    end = ex.t_end if ex.t_end is not None else ex.t_error
+def _turn(n: int, ex: RecordedExchange, analysis: ExchangeAnalysis, think: float | None, attempt: int = 1,
+          attempts: int = 1, backoff: float | None = None) -> TurnSummary:  # fmt: skip
+    response = analysis.response
+    result = response.result if response else None
+    t0, end = ex.t_request, analysis.ended_at
     usage = result.usage if result else None
     return TurnSummary(
         turn=n,
         xid=ex.xid,
         method=ex.method,
         path=ex.path,
-        dialect=dialect,
+        dialect=analysis.dialect,
         request_bytes=ex.body.size,
         messages=len(ex.body.messages) if ex.body.messages is not None else None,
         t_start=ex.t_request,
         think_time=think,
         status=ex.status,
-        streamed=is_streamed(ex) if ex.status is not None else None,
-        outcome=classified.outcome,
-        detail=classified.detail,
-        ttft=None if not analysis or analysis.first_content is None else round(analysis.first_content - ex.t_request, 6),
-        duration=None if end is None else round(end - ex.t_request, 6),
-        events=analysis.events if analysis else 0,
+        streamed=analysis.streamed if ex.status is not None else None,
+        outcome=analysis.classified.outcome,
+        detail=analysis.classified.detail,
+        ttft=None if not response or response.first_content is None else round(response.first_content - t0, 6),
+        duration=None if end is None else round(end - t0, 6),
+        events=response.events if response else 0,
         finish_reason=result.finish_reason if result else None,
         tool_calls=tuple(c.name or "?" for c in result.tool_calls) if result else (),
         completion_tokens=usage.completion_tokens if usage else None,
@@ -245,6 +317,7 @@ def _turn(n: int, ex: RecordedExchange, dialect: str | None, analysis: ResponseA
         attempts=attempts,
         backoff=backoff,
         retry_count=retry_count(ex),
+        analysis=analysis,
     )
 
 

@@ -41,7 +41,7 @@ import json
 import re
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Mapping, NoReturn
+from typing import Any, Mapping, NoReturn, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from proxycheck.core.errors import BadInput
@@ -105,7 +105,20 @@ class Chain:
 
     def ladder(self) -> list[str]:
         """Route names from the engine outward: `direct, via:hops[n-1], ..., via:hops[0]`."""
-        return [DIRECT] + [f"via:{h.name}" for h in reversed(self.hops)]
+        return ladder_of_hops([h.name for h in self.hops])
+
+    def to_doc(self) -> dict[str, Any]:
+        """The chain as a run's run.json keeps it: URLs and header NAMES only (values may be
+        credentials). `doc_ladder` and `doc_hops_by_route` read it back."""
+        return {
+            "source": self.source,
+            "engine": self.engine,
+            "engine_headers": [n for n, _ in self.engine_headers],
+            "hops": [
+                {"name": h.name, "url": h.url, "proxy": h.proxy, "headers": [n for n, _ in h.headers]}
+                for h in self.hops
+            ],
+        }
 
     def route(self, name: str) -> Route:
         if name == DIRECT:
@@ -116,7 +129,7 @@ class Chain:
         index = self.hops.index(entry)
         inner = self.hops[index:]
         headers = _merge(self.engine_headers, *(h.headers for h in reversed(inner)))
-        names = tuple(h.name for h in inner)
+        names = hops_of_route([h.name for h in self.hops], name)
         if not entry.forward:
             return Route(name, entry.url or "", None, headers, entry.verify, names)
         # A forward hop: the target is the first reverse hop further inward, else the engine.
@@ -126,6 +139,38 @@ class Chain:
 
     def routes(self, names: list[str] | None = None) -> list[Route]:
         return [self.route(n) for n in (names or self.ladder())]
+
+
+def ladder_of_hops(hop_names: Sequence[str]) -> list[str]:
+    """The ladder of a chain whose hops, client inward, are `hop_names`."""
+    return [DIRECT] + [f"via:{n}" for n in reversed(hop_names)]
+
+
+def hops_of_route(hop_names: Sequence[str], route: str) -> tuple[str, ...]:
+    """The hops `route` passes, from its entry inward (none for direct or an unknown hop)."""
+    if route.startswith("via:") and route[4:] in hop_names:
+        return tuple(hop_names[list(hop_names).index(route[4:]) :])
+    return ()
+
+
+def _doc_hop_names(chain_doc: Mapping[str, Any]) -> list[str]:
+    return [str(h.get("name")) for h in chain_doc.get("hops", []) if isinstance(h, Mapping)]
+
+
+def doc_hops_by_route(chain_doc: Mapping[str, Any], routes: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The hops each route passes, from a run's chain document (`Chain.to_doc`)."""
+    names = _doc_hop_names(chain_doc)
+    return {route: hops_of_route(names, route) for route in routes}
+
+
+def doc_ladder(chain_doc: Mapping[str, Any], routes: Sequence[str], where: str) -> list[str]:
+    """`direct` first, then the routes of a run from the engine outward, from its chain document;
+    BadInput naming `where` for a route the chain does not have."""
+    order = ladder_of_hops(_doc_hop_names(chain_doc))
+    unknown = [r for r in routes if r not in order]
+    if unknown:
+        raise BadInput(where, f"routes {', '.join(unknown)} are not in the run's chain")
+    return [DIRECT] + [r for r in order[1:] if r in routes]
 
 
 def _merge(*groups: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:

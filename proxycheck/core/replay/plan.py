@@ -29,17 +29,25 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 from proxycheck.core.errors import BadInput
 from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.exchange.watchdogs import DEFAULT_CONNECT, MIN_HEADERS, MIN_STALL, MIN_TOTAL, Watchdogs
 from proxycheck.core.protocol.result import Result, ToolCall
 from proxycheck.core.recording.bodies import join_body, prefix_digests
 from proxycheck.core.recording.journal import RecordedExchange
 from proxycheck.core.recording.redact import Headers, Redacted
-from proxycheck.core.recording.sessions import SessionName
-from proxycheck.core.recording.summary import SessionSummary, TurnSummary, analyze_exchange
+from proxycheck.core.recording.sessions import SessionName, think_time
+from proxycheck.core.recording.summary import (
+    ExchangeAnalysis,
+    SessionSummary,
+    TurnSummary,
+    analyze,
+    ended_at,
+    requests_stream,
+)
 
 # --------------------------------------------------------------------------------------------
 # Request headers
@@ -184,7 +192,10 @@ def plan_sessions(
     Exchanges that are not LLM requests (dialect None: model lists, health checks, embeddings)
     are skipped unless `include_non_llm`; a session left without turns is dropped. BadInput when
     a joined body does not match its recorded digest (a damaged piece would otherwise be sent
-    silently); ValueError when a session names an exchange that is not in `recording_exchanges`."""
+    silently); ValueError when a session names an exchange that is not in `recording_exchanges`.
+
+    Each turn's recorded outcome comes from the analysis its summary carries
+    (`TurnSummary.analysis`): the responses are not parsed again."""
     by_xid = {x.xid: x for x in recording_exchanges}
     if not by_xid:
         return []
@@ -218,8 +229,12 @@ def _plan_turn(
     prev: tuple[PlannedTurn, RecordedExchange] | None,
 ) -> PlannedTurn:
     client = ex.conn.client_id if ex.conn else None
-    wait = _think_time(prev[1] if prev else None, ex)
+    # Measured from the previous *planned* turn, so a skipped exchange in between counts as
+    # think time and the session keeps its recorded timeline.
+    wait = think_time(ended_at(prev[1]), ex.t_request) if prev else None
     retry = ts.attempt > 1
+    # A summary made elsewhere may lack its analysis; then (only then) the response is parsed here.
+    analysis = ts.analysis if ts.analysis is not None else analyze(ex)
     return PlannedTurn(
         session=session,
         turn=ts.turn,
@@ -229,14 +244,14 @@ def _plan_turn(
         dialect=ts.dialect,
         # What the request asks for decides how the replayer reads the reply; the recorded
         # response says it too when the request did not (SGLang streams on a field of its own).
-        streamed=ex.body.fields.get("stream") is True or bool(ex.streamed),
+        streamed=requests_stream(ex) or analysis.streamed,
         http_version=ex.http_version or (ex.conn.http_version if ex.conn else None),
         headers=replay_headers(ex.request_headers),
         body=_exact_body(ex, resolve),
         think_time=None if retry else wait,
         new_connection=_new_connection(prev[0] if prev else None, client),
         client_id=client,
-        recorded=_recorded(ts, ex),
+        recorded=_recorded(ts, ex, analysis),
         redacted=ex.redacted,
         attempt=ts.attempt,
         attempts=ts.attempts,
@@ -251,15 +266,6 @@ def _exact_body(ex: RecordedExchange, resolve: Callable[[str], bytes]) -> bytes:
     return data
 
 
-def _think_time(prev: RecordedExchange | None, ex: RecordedExchange) -> float | None:
-    # Measured from the previous *planned* turn, so a skipped exchange in between counts as
-    # think time and the session keeps its recorded timeline.
-    if prev is None:
-        return None
-    end = prev.t_end if prev.t_end is not None else prev.t_error
-    return None if end is None else round(ex.t_request - end, 6)
-
-
 def _new_connection(prev: PlannedTurn | None, client: str | None) -> bool:
     if prev is None:
         return True  # a session starts on a connection of its own
@@ -270,8 +276,8 @@ def _new_connection(prev: PlannedTurn | None, client: str | None) -> bool:
     return prev.recorded.outcome.is_failure
 
 
-def _recorded(ts: TurnSummary, ex: RecordedExchange) -> RecordedOutcome:
-    analysis = analyze_exchange(ex, ts.dialect)
+def _recorded(ts: TurnSummary, ex: RecordedExchange, facts: ExchangeAnalysis) -> RecordedOutcome:
+    analysis = facts.response
     times = analysis.content_times if analysis is not None and ex.chunk_timing else ()
     return RecordedOutcome(
         outcome=ts.outcome,
@@ -340,58 +346,6 @@ def start_delay(session: PlannedSession, pace: Pace) -> float:
 
 # --------------------------------------------------------------------------------------------
 # Watchdogs
-
-DEFAULT_CONNECT = 10.0
-MIN_HEADERS = 30.0
-MIN_STALL = 10.0
-MIN_TOTAL = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class Watchdogs:
-    """The timeouts that turn a wedge into an outcome, in seconds.
-
-    * `connect` (10 s): a connection to a local engine or hop opens in milliseconds; ten seconds
-      leaves room for TLS to a distant gateway and still reports a dead hop quickly.
-    * `headers` (max(30 s, 3 x the largest recorded time to response headers)): before headers
-      the engine is queueing and prefilling, which grows with the prompt; three times the worst
-      the recording saw tolerates a busier engine, and 30 s covers recordings too short to show
-      a long prefill.
-    * `stall` (max(10 s, 5 x the recorded p99 gap between content events)): the wedge detector.
-      Keep-alive comments do not count (a hop that pings while the stream is dead is still
-      stalled). Five times the p99 gap rides out the engine's scheduling hiccups; the 10 s floor
-      keeps a fast engine's 20 ms gaps from making every GC pause a "stall".
-    * `total` (max(300 s, 3 x the longest recorded exchange)): a backstop for streams that make
-      progress forever (a hop replaying a loop); the longest generation times three, and at
-      least five minutes, so a long answer is never cut.
-
-    Only exchanges that completed normally feed the derivation: a recorded wedge must not widen
-    the timeouts meant to catch it.
-    """
-
-    connect: float = DEFAULT_CONNECT
-    headers: float = MIN_HEADERS
-    stall: float = MIN_STALL
-    total: float = MIN_TOTAL
-
-    def with_overrides(
-        self,
-        *,
-        connect: float | None = None,
-        headers: float | None = None,
-        stall: float | None = None,
-        total: float | None = None,
-    ) -> "Watchdogs":
-        """These watchdogs with the given ones replaced (None keeps the derived value)."""
-        given = {"connect": connect, "headers": headers, "stall": stall, "total": total}
-        changes = {k: v for k, v in given.items() if v is not None}
-        for name, value in changes.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{name} timeout must be a number of seconds, not {value!r}")
-            if not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{name} timeout must be a positive number of seconds, not {value}")
-        return replace(self, **{k: float(v) for k, v in changes.items()})
-
 
 def derive_watchdogs(sessions: Iterable[PlannedSession]) -> Watchdogs:
     """The default watchdogs for replaying these sessions (see `Watchdogs`)."""

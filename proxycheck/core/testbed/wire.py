@@ -19,13 +19,10 @@ from proxycheck.core.protocol import requestparts
 from proxycheck.core.protocol.requestparts import Parts
 from proxycheck.core.testbed.synth import Plan
 
-# Headers of every reference-engine response: the digest and size of the request body as the
-# engine received it, so a hop that altered the request is caught by comparing with what was sent.
-SHA_HEADER = "x-proxycheck-request-sha256"
-BYTES_HEADER = "x-proxycheck-request-bytes"
-# With a JSON body, also: the digest of its canonical JSON (a re-serialized body has the same),
-# and the parts of what the model sees (`proxycheck.core.protocol.requestparts`), so a client can tell
-# a hop that re-serializes from one that changes the conversation, and say what changed.
+# Headers of every reference-engine response about the request it received
+# (`proxycheck.core.protocol.requestparts` defines them).
+SHA_HEADER = requestparts.SHA_HEADER
+BYTES_HEADER = requestparts.BYTES_HEADER
 CANONICAL_HEADER = requestparts.CANONICAL_HEADER
 PARTS_HEADER = requestparts.PARTS_HEADER
 

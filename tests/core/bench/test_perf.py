@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
@@ -515,3 +516,14 @@ def test_compare_never_crashes(a: list[Observation], b: list[Observation], block
             assert m.ci_low <= m.ci_high
     assert 0 <= c.failures.p_value <= 1
     c.to_json()
+
+
+def test_a_change_from_a_value_next_to_zero_has_no_delta_and_no_nan_interval() -> None:
+    # A median TTFT of 2e-313 s against 1 s: the ratio overflows; no change can be stated, and
+    # the bootstrap must not turn infinities into a NaN interval.
+    tiny = [stream(0.1 * i, 2.2250738585e-313, []) for i in range(10)]
+    slow = [stream(0.1 * i, 1.0, []) for i in range(10)]
+    c = compare(tiny, Window(0.0, 2.0), slow, Window(0.0, 2.0), blocks=5, iterations=50, seed=1)
+    ttft = next(m for m in c.metrics if m.name == "ttft_p50")
+    assert ttft.delta is None and ttft.ci_low is None and ttft.ci_high is None and not ttft.significant
+    assert "NaN" not in json.dumps(c.to_json())
