@@ -34,7 +34,7 @@ import asyncio
 import json
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -43,6 +43,7 @@ from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.minimize.ddmin import Bisect, Budget, Candidate, DDMin, Trials
 from proxycheck.core.minimize.shrink import drop_units, message_units, shrink_to
 from proxycheck.core.recording.sessions import attempt_text
+from proxycheck.core.replay.plan import derive_watchdogs
 from proxycheck.io.recordings import LoadedRecording, open_recording
 from proxycheck.io.subset import subset_recording, write_subset
 
@@ -138,8 +139,6 @@ class _Minimizer:
         self.recording = self.loaded.recording
         self.original = self.loaded.planned
         if watchdogs is None:
-            from proxycheck.core.replay.plan import derive_watchdogs
-
             watchdogs = derive_watchdogs(self.original)
         self.options = minimize_options(watchdogs, chain, greedy=greedy)
         self.budget = budget
@@ -292,8 +291,6 @@ class _Minimizer:
 
     async def one_at_a_time(self) -> dict[str, Any] | None:
         """With several sessions left: whether the failure needs them at once."""
-        from dataclasses import replace
-
         assert self.best is not None
         obs = self.best.first_failure()
         at_once = self.best.in_flight(obs)
