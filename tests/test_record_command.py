@@ -25,9 +25,9 @@ from proxycheck.commands import record
 from proxycheck.core.recording.redact import REDACTED
 from proxycheck.core.recording.summary import summarize_sessions
 from proxycheck.io.procs import Managed
-from proxycheck.io.recordings import JournalTail
+from proxycheck.io.recordings import JournalTail, SessionCount
 from proxycheck.io.storage import load
-from proxycheck.report.live_view import SessionCount, live_line
+from proxycheck.report.live_view import live_line
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -303,9 +303,9 @@ def test_the_live_line(tmp_path: Path) -> None:
     tail.exchanges, tail.failed, tail.response_bytes, tail.inflight = 12, 1, 45_200, {12}
     counter = SessionCount(tmp_path)
     console = Console(width=200, record=True)
-    console.print(live_line(tail, counter, "127.0.0.1:8080", 65.2))
+    console.print(live_line(tail, counter.sessions, "127.0.0.1:8080", 65.2))
     counter.sessions = 3
-    console.print(live_line(tail, counter, "127.0.0.1:8080", 5))
+    console.print(live_line(tail, counter.sessions, "127.0.0.1:8080", 5))
     assert console.export_text().splitlines() == [
         "recording 127.0.0.1:8080  sessions ?  exchanges 12 (1 in flight, 1 failed)  45.2K  1m05s",
         "recording 127.0.0.1:8080  sessions 3  exchanges 12 (1 in flight, 1 failed)  45.2K  0m05s",

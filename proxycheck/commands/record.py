@@ -210,8 +210,8 @@ def _watch(proc: Any, out: Path, stop: threading.Event, address: str) -> bool:
     from rich.console import Console
     from rich.live import Live
 
-    from proxycheck.io.recordings import JournalTail
-    from proxycheck.report.live_view import SessionCount, live_line
+    from proxycheck.io.recordings import JournalTail, SessionCount
+    from proxycheck.report.live_view import live_line
 
     tail, counter = JournalTail(out / JOURNAL_FILE), SessionCount(out)
     started = time.monotonic()
@@ -224,7 +224,7 @@ def _watch(proc: Any, out: Path, stop: threading.Event, address: str) -> bool:
             now = time.monotonic()
             counter.add(tail.poll())
             counter.maybe_update(now, tail.offset)
-            live.update(live_line(tail, counter, address, now - started), refresh=True)
+            live.update(live_line(tail, counter.sessions, address, now - started), refresh=True)
             stop.wait(REFRESH)
     return False
 

@@ -17,6 +17,7 @@ Nothing here prints; the warnings are handed back for the command to show.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -199,3 +200,42 @@ class LiveSessions:
         self._summarizer.add(self._changed.values())
         self._changed.clear()
         return self._summarizer.session_count()
+
+
+SESSIONS_EVERY = 2.0  # at least this many seconds between session counts
+COUNT_SHARE = 20  # the count may take at most 1/COUNT_SHARE of the time (5%)
+
+
+@dataclass
+class SessionCount:
+    """The number of sessions of the recording in `directory`: `add` hands it the journal's new
+    records, `maybe_update` recounts when the journal has grown, at most every SESSIONS_EVERY
+    seconds (rarer when counting gets slow: at most 5% of the time)."""
+
+    directory: Path
+    sessions: int | None = None
+    live: LiveSessions | None = field(default=None, repr=False)
+    _next: float = 0.0
+    _seen: int = -1
+
+    def __post_init__(self) -> None:
+        if self.live is None:
+            self.live = LiveSessions(self.directory)
+
+    def add(self, records: Iterable[dict[str, Any]]) -> None:
+        assert self.live is not None
+        self.live.add(records)
+
+    def maybe_update(self, now: float, journal_size: int) -> None:
+        assert self.live is not None
+        if now < self._next or journal_size == self._seen:
+            return
+        started = time.monotonic()
+        try:
+            count = self.live.session_count()
+            if count is not None:
+                self.sessions, self._seen = count, journal_size
+        except ProxycheckError:
+            pass  # a half-written recording: try again later
+        cost = time.monotonic() - started
+        self._next = now + max(SESSIONS_EVERY, COUNT_SHARE * cost)
