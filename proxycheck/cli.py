@@ -21,7 +21,7 @@ from proxycheck.core.errors import EXIT_BAD_INPUT, EXIT_OK, Interrupted, Proxych
 COMMANDS = {"demo": "demo", "record": "record", "sessions": "sessions", "replay": "replay", "check": "check",
             "minimize": "minimize", "diff": "diff", "probe": "probe", "bench": "bench", "compare": "compare",
             "merge": "merge", "import": "importer", "export": "export", "engine": "engine",
-            "agent": "agent"}  # fmt: skip
+            "agent": "agent", "addon-path": "addon_path"}  # fmt: skip
 
 
 class _Parser(argparse.ArgumentParser):

@@ -6,13 +6,15 @@ conftest.py; this module owns what they hand out."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
 from proxycheck.io.agent import AgentOptions, run_agent
-from proxycheck.io.procs import Managed, start_engine, start_mitmdump
+from proxycheck.io.procs import Managed, mitmdump_path, start_engine, start_mitmdump
 
 ADDONS = Path(__file__).resolve().parents[1] / "addons"
 FAULTS = ADDONS / "faults.py"
@@ -46,8 +48,15 @@ class MitmdumpFactory(_Started):
     """`mitmdumps(*args)`: mitmdump with those arguments (its mode, scripts, options), ready on the
     port the system picked; `faults(...)` and `recorder(...)` for the two addons in reverse mode."""
 
-    def __call__(self, *args: str) -> Managed:
-        return self._keep(start_mitmdump(*args))
+    def __call__(self, *args: str, file_limit: int | None = None) -> Managed:
+        """`file_limit`: no file mitmdump writes may grow past that many bytes (RLIMIT_FSIZE, set by
+        `prlimit`; Python ignores SIGXFSZ, so a write past it fails with EFBIG, as on a full disk)."""
+        if file_limit is None:
+            return self._keep(start_mitmdump(*args))
+        argv = [*_file_limited(file_limit), mitmdump_path(), "--listen-host", "127.0.0.1", "--listen-port", "0",
+                "--set", "flow_detail=0", "--set", "connection_strategy=lazy", *args]  # fmt: skip
+        proc = self._keep(Managed(argv, "127.0.0.1", 0, name="mitmdump", port_pattern=r"listening at \S+:(\d+)"))
+        return proc.wait_ready(60)
 
     def faults(self, upstream: Managed | str, *options: str) -> Managed:
         """A reverse hop in front of `upstream` running addons/faults.py, each of `options`
@@ -55,9 +64,11 @@ class MitmdumpFactory(_Started):
         sets = [arg for option in options for arg in ("--set", f"proxycheck_fault_{option}")]
         return self("--mode", f"reverse:{_url(upstream)}", "-s", str(FAULTS), *sets)
 
-    def recorder(self, upstream: Managed | str, out: Path, *args: str) -> Managed:
-        """A reverse hop in front of `upstream` running addons/record.py, recording into `out`."""
-        return self("--mode", f"reverse:{_url(upstream)}", "-s", str(RECORD), "--set", f"proxycheck_out={out}", *args)
+    def recorder(self, upstream: Managed | str, out: Path, *args: str, file_limit: int | None = None) -> Managed:
+        """A reverse hop in front of `upstream` running addons/record.py, recording into `out`
+        (`file_limit`: as for the factory itself, a disk that fills)."""
+        return self("--mode", f"reverse:{_url(upstream)}", "-s", str(RECORD), "--set", f"proxycheck_out={out}", *args,
+                    file_limit=file_limit)  # fmt: skip
 
     def record_agent(self, upstream: Managed | str, out: Path, **options: object) -> Path:
         """A recording in `out` of the synthetic agent's sessions (`options`: AgentOptions fields) made
@@ -68,6 +79,15 @@ class MitmdumpFactory(_Started):
         time.sleep(1.5)  # the recorder flushes its last chunks within a second
         recorder.stop()
         return out
+
+
+def _file_limited(limit: int) -> list[str]:
+    """The argv prefix that runs a command with RLIMIT_FSIZE at `limit` bytes."""
+    if shutil.which("prlimit"):
+        return ["prlimit", f"--fsize={limit}", "--"]
+    setter = (f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
+              "os.execv(sys.argv[1], sys.argv[1:])")  # fmt: skip
+    return [sys.executable, "-c", setter]
 
 
 def _url(upstream: Managed | str) -> str:

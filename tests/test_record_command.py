@@ -20,6 +20,7 @@ import pytest
 from cli_runner import main_status as main
 from cli_runner import proxycheck_argv
 from processes import EngineFactory, MitmdumpFactory
+from recording_dirs import BAD_OUTS, named, snapshot
 
 from proxycheck.commands import record
 from proxycheck.core.recording.redact import REDACTED
@@ -227,7 +228,7 @@ def one_line(capsys) -> str:
         (["--listen", "127.0.0.1:0", "--upstream", "http://e:1", "--out", "{tmp}/r", "--mode", "sideways"], "invalid choice"),
         (["--listen", "127.0.0.1:0", "--upstream", "http://e:1", "--out", "{tmp}/r", "--session-header", "a b"], "not a valid header name"),
         (["--listen", "127.0.0.1:0", "--upstream", "http://e:1", "--out", "{tmp}/file"], "exists and is not a directory"),
-        (["--listen", "127.0.0.1:0", "--upstream", "http://e:1", "--out", "{tmp}/full"], "not a recording (choose a new --out)"),
+        (["--listen", "127.0.0.1:0", "--upstream", "http://e:1", "--out", "{tmp}/full"], "not a recording (choose a new directory)"),
     ],
 )
 def test_bad_arguments_are_one_line(tmp_path: Path, capsys, args: list[str], message: str) -> None:
@@ -237,6 +238,23 @@ def test_bad_arguments_are_one_line(tmp_path: Path, capsys, args: list[str], mes
     assert main("record", *[a.format(tmp=tmp_path) for a in args]) == 2
     assert message in one_line(capsys)
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("case", list(BAD_OUTS))
+def test_an_output_directory_the_recorder_cannot_use_is_one_line_before_mitmdump_starts(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    bad = BAD_OUTS[case]
+    out = bad.make(tmp_path)
+    before = snapshot(tmp_path)
+    started: list[list[str]] = []
+    monkeypatch.setattr(record, "start_recorder", lambda argv, host: started.append(argv))
+    status = main("record", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9", "--out", str(out))
+    assert status == 2
+    line = one_line(capsys)
+    assert line.startswith(f"proxycheck: {named(out, bad)}: ") and bad.problem in line, line
+    assert started == []  # no mitmdump
+    assert snapshot(tmp_path) == before
 
 
 def test_a_port_in_use_is_mitmdumps_error_in_one_line(tmp_path: Path, capsys) -> None:

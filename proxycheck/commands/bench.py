@@ -36,6 +36,7 @@ from proxycheck.core.errors import EXIT_FAULT, EXIT_INTERRUPTED, EXIT_OK, BadInp
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.io.benchrun import BENCH_KEY, bench_doc, merge_runs
 from proxycheck.io.inputs import check_out, check_tls, load_chain
+from proxycheck.io.outputs import check_outputs, open_private, write_file
 from proxycheck.io.runstore import RunWriter, options_doc
 from proxycheck.report.bench_view import render_bench
 
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers > 1 and args.shard is not None:
         raise BadInput("--workers", "give --workers or --shard, not both (run --workers on each machine's shard "
                                     "by giving it as many shards)")  # fmt: skip
+    check_outputs(files={"--json": args.json})
     check_out(args.out)
     chain = load_chain(args.chain)
     route = chain.route(args.route)
@@ -152,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         writer.close("interrupted" if result.interrupted else "completed")
     render_bench(summary.to_json(), title=f"bench {route.name}: {load}")
     if args.json:
-        Path(args.json).write_text(json.dumps(summary.to_json(), indent=2) + "\n", encoding="utf-8")
+        write_file(args.json, json.dumps(summary.to_json(), indent=2) + "\n")
     note = " (interrupted)" if result.interrupted else ""
     print(f"proxycheck: run {writer.run_id}: {writer.count} request(s){note}; {args.out}", file=sys.stderr)
     if result.interrupted:
@@ -172,7 +174,7 @@ def _workers(args: argparse.Namespace, options: "BenchOptions") -> int:
     try:
         for i in range(1, args.workers + 1):
             log = shards / f"worker-{i}.log"
-            with open(log, "wb") as err:
+            with os.fdopen(open_private(log), "wb") as err:
                 proc = subprocess.Popen([sys.executable, "-m", "proxycheck", "bench", *argv, "--shard",
                                          f"{i}/{args.workers}", "--start-at", f"{start_at:.6f}", "--out",
                                          str(shards / f"shard-{i}")],
@@ -200,7 +202,7 @@ def _workers(args: argparse.Namespace, options: "BenchOptions") -> int:
     print(f"proxycheck: run {merged.run_id}: {merged.count} request(s) from {merged.runs} runs; {args.out}",
           file=sys.stderr)  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps(merged.summary.to_json(), indent=2) + "\n", encoding="utf-8")
+        write_file(args.json, json.dumps(merged.summary.to_json(), indent=2) + "\n")
     return EXIT_FAULT if merged.summary.failures else EXIT_OK
 
 

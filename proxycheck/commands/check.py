@@ -15,11 +15,12 @@ import argparse
 import tempfile
 
 from proxycheck.commands.common import load_sessions, positive_int
-from proxycheck.commands.flags import add_replay_flags, add_report_flags, replay_options
+from proxycheck.commands.flags import add_replay_flags, add_report_flags, replay_options, report_files
 from proxycheck.commands.verdicts import Reports, report_check
 from proxycheck.core.diagnose.localize import MAX_REPEAT
 from proxycheck.core.errors import EXIT_INTERRUPTED
 from proxycheck.io.inputs import check_out, check_tls, load_chain
+from proxycheck.io.outputs import check_outputs
 
 DEFAULT_MAX_REPEAT = MAX_REPEAT  # the localizer's
 
@@ -58,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     # io.diagnosis drives replays (httpx, aiohttp): imported when a check runs, not at every command's start.
     from proxycheck.io.diagnosis import CheckRun, CheckSettings
 
+    # Every file the check will write, checked before anything is replayed.
+    check_outputs(files=report_files(args), directories={"--out": args.out})
     if args.out:
         check_out(args.out)
     chain = load_chain(args.chain)

@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from proxycheck.commands.common import non_negative_int, positive_int
 from proxycheck.core.bench.perf import compare
 from proxycheck.core.errors import EXIT_FAULT, EXIT_OK, BadInput
 from proxycheck.io.benchrun import load_bench
+from proxycheck.io.outputs import check_outputs, write_file
 from proxycheck.report.bench_view import render_compare
 
 DEFAULT_MAX_REGRESSION = 5.0  # percent
@@ -73,6 +73,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run(args: argparse.Namespace) -> int:
     if args.noise >= 100:
         raise BadInput("--noise", f"{args.noise:g}% is no noise band (give less than 100)")
+    check_outputs(files={"--json": args.json})
     a, b = load_bench(args.run_a), load_bench(args.run_b)
     for key in LOAD_KEYS:
         if a.options.get(key) != b.options.get(key):
@@ -87,5 +88,5 @@ def run(args: argparse.Namespace) -> int:
            "regressions": regressions}  # fmt: skip
     render_compare(doc, title=f"{args.run_b} against {args.run_a}")
     if args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        write_file(args.json, json.dumps(doc, indent=2) + "\n")
     return EXIT_FAULT if regressions else EXIT_OK

@@ -30,6 +30,7 @@ from proxycheck.core.errors import EXIT_FAULT, EXIT_OK
 from proxycheck.core.replay.plan import derive_watchdogs
 from proxycheck.core.testbed.agent import AgentOptions
 from proxycheck.io.inputs import check_tls, load_chain
+from proxycheck.io.outputs import check_outputs, make_dirs, write_file
 from proxycheck.io.procs import Managed, start_engine, start_mitmdump
 
 # The gateway's fault: stall after 4 events once a request body passes this many bytes. The
@@ -59,6 +60,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
+    check_outputs(directories={"--out": args.out})
     out = Path(args.out)
     _fresh(out)
     started: list[Managed] = []
@@ -74,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _fresh(out: Path) -> None:
     """Remove what an earlier demo left in `out` (only the demo's own files)."""
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)  # 0700, as every directory proxycheck creates
     for name in _OURS:
         path = out / name
         if path.is_dir():
@@ -82,7 +84,7 @@ def _fresh(out: Path) -> None:
         elif path.exists():
             path.unlink()
     for name, text in _SCRIPTS.items():
-        (out / name).write_text(text)
+        write_file(out / name, text)
 
 
 def _story(out: Path, started: list[Managed]) -> bool:
@@ -116,8 +118,8 @@ def _story(out: Path, started: list[Managed]) -> bool:
         return False
 
     chain = out / "chain.toml"
-    chain.write_text(f'engine = "{engine.url}"\n[[hop]]\nname = "edge"\nurl = "{edge.url}"\n'
-                     f'[[hop]]\nname = "gateway"\nurl = "{gateway.url}"\n')  # fmt: skip
+    write_file(chain, f'engine = "{engine.url}"\n[[hop]]\nname = "edge"\nurl = "{edge.url}"\n'
+                      f'[[hop]]\nname = "gateway"\nurl = "{gateway.url}"\n')  # fmt: skip
     _say(f"3/4 proxycheck check {recording} --chain {chain}")
     status = _check(recording, chain, out / "check-run", Reports(html=str(out / "report.html")))
     sys.stdout.flush()

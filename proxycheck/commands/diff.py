@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from proxycheck.commands.common import print_warnings
-from proxycheck.commands.flags import FAIL_ON, add_report_flags
+from proxycheck.commands.flags import FAIL_ON, add_report_flags, report_files
 from proxycheck.commands.verdicts import Reports, emit
 from proxycheck.core.diagnose.localize import MAX_REPEAT, Decided, Localizer
 from proxycheck.core.diagnose.runverdict import RunPlan, holdings, run_verdict
@@ -26,6 +26,7 @@ from proxycheck.core.diagnose.verdict import INCOMPLETE
 from proxycheck.core.errors import BadInput
 from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.replay.chain import doc_hops_by_route, doc_ladder
+from proxycheck.io.outputs import check_outputs
 from proxycheck.io.runstore import RUN_FILE, load_run
 
 
@@ -43,6 +44,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
+    check_outputs(files=report_files(args))
     run_ = load_run(args.run_dir)
     print_warnings([str(w) for w in run_.warnings])
     where = str(Path(args.run_dir) / RUN_FILE)

@@ -13,6 +13,7 @@ import sys
 from proxycheck.commands.common import print_warnings
 from proxycheck.core.errors import EXIT_OK
 from proxycheck.io.har import har_document, write_har
+from proxycheck.io.outputs import check_outputs
 from proxycheck.io.recordings import open_recording
 
 
@@ -29,6 +30,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
+    check_outputs(files={"--har": args.har})  # before the recording is read
     loaded = open_recording(args.directory)
     print_warnings(loaded.warnings)
     document = har_document(loaded.recording)

@@ -85,6 +85,11 @@ def add_report_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", metavar="F", help="write a self-contained HTML report")
 
 
+def report_files(args: argparse.Namespace) -> dict[str, str | None]:
+    """The report files of `add_report_flags`, by flag, for `io.outputs.check_outputs`."""
+    return {"--json": args.json, "--junit": args.junit, "--html": args.html}
+
+
 def watchdogs_of(args: argparse.Namespace, sessions: Sequence[PlannedSession]) -> Watchdogs:
     """The watchdogs derived from the sessions, with the overrides of `add_watchdog_flags`."""
     try:

@@ -18,6 +18,7 @@ from proxycheck.commands.common import print_warnings
 from proxycheck.core.errors import EXIT_OK, BadInput
 from proxycheck.io.flowfile import read_flows
 from proxycheck.io.har import ImportResult, check_out_directory, read_har, write_recording
+from proxycheck.io.outputs import check_outputs, make_dirs
 
 NAME = "import"
 # io.flowfile imports mitmproxy only inside read_flows: HAR imports stay light.
@@ -50,9 +51,11 @@ def read(path: str) -> ImportResult:
 
 def run(args: argparse.Namespace) -> int:
     check_out_directory(args.out)
+    check_outputs(directories={"--out": args.out})
     result = read(args.file)
     result.keep(args.all)
     print_warnings(result.warnings)
+    make_dirs(args.out)  # 0700, and so is each parent it creates
     count = write_recording(args.out, result)
     print(f"proxycheck import: {args.file} -> {args.out}: {count} exchange(s){_skipped(result)}")
     return EXIT_OK

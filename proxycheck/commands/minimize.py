@@ -25,6 +25,7 @@ from proxycheck.core.errors import EXIT_FAULT, EXIT_INTERRUPTED, EXIT_OK, BadInp
 from proxycheck.core.minimize.ddmin import Budget
 from proxycheck.io.inputs import check_tls, load_chain
 from proxycheck.io.minimizer import describe, minimize
+from proxycheck.io.outputs import check_outputs, make_dirs
 from proxycheck.io.recordings import open_recording
 from proxycheck.report.progress import minimize_progress
 
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     # io.diagnosis drives replays (httpx, aiohttp): imported when a route is looked for.
     from proxycheck.io.diagnosis import locate_route
 
+    check_outputs(directories={"--out": args.out})
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BadInput(args.out, "exists and is not an empty directory; give a new one")
@@ -78,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         if route is None:
             print(f"proxycheck: {args.directory}: nothing to minimize: {culprit['says']}", file=sys.stderr)
             return EXIT_FAULT
+    make_dirs(out)  # 0700, and so is each parent it creates
     result = asyncio.run(minimize(
         args.directory, chain, route, args.out, budget=budget, progress=minimize_progress, culprit=culprit,
         watchdogs=watchdogs, any_failure=args.any_failure, greedy=args.greedy, recording=loaded,

@@ -24,15 +24,15 @@ import asyncio
 import json
 import re
 import sys
-from pathlib import Path
 
 from rich.console import Console
 
 from proxycheck.commands.common import positive_int, positive_seconds, print_warnings
-from proxycheck.core.errors import EXIT_FAULT, EXIT_OK, BadInput, StorageError
+from proxycheck.core.errors import EXIT_FAULT, EXIT_OK, BadInput
 from proxycheck.core.probe.findings import ProbeReport, document, exit_failed
 from proxycheck.core.probe.searches import DIALECTS, PROBES
 from proxycheck.io.inputs import check_tls, load_chain
+from proxycheck.io.outputs import check_outputs, write_file
 from proxycheck.report.probe_view import render_probe
 from proxycheck.report.progress import ProbeProgress
 
@@ -98,8 +98,7 @@ def run(args: argparse.Namespace) -> int:
         chain.route(name)  # an unknown route is bad input, named
     routes = [chain.route(name) for name in ladder if name in asked]
     check_tls(routes)
-    if args.json and args.json != "-":
-        _check_writable(Path(args.json))  # before minutes of probing, not after
+    check_outputs(files={"--json": args.json})  # before minutes of probing, not after
     probes = tuple(p for p in PROBES if p in (args.probe or PROBES) and p not in (args.skip or ()))
     if not probes:
         raise BadInput("--skip", "leaves no probe to run")
@@ -114,16 +113,6 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FAULT if exit_failed(report) else EXIT_OK
 
 
-def _check_writable(path: Path) -> None:
-    if path.is_dir():
-        raise BadInput(str(path), "is a directory; --json takes a file")
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise BadInput(str(path), f"cannot be written: {parent} is not a directory")
-
-
 def _emit(report: ProbeReport, json_to: str | None) -> None:
     text = json.dumps(document(report), indent=2) + "\n"
     if json_to == "-":
@@ -132,9 +121,4 @@ def _emit(report: ProbeReport, json_to: str | None) -> None:
         return
     render_probe(report, Console(file=sys.stdout, soft_wrap=False))
     if json_to:
-        path = Path(json_to)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise StorageError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        write_file(json_to, text)

@@ -7,6 +7,9 @@ runs, and stopping it so that nothing already recorded is lost:
 * Modes: `reverse` (default; clients talk to HOST:PORT as if it were the upstream) runs
   `--mode reverse:URL`; `forward` runs an HTTP proxy (`--mode regular`), or `upstream:URL` when
   --upstream names the next proxy.
+* Before it starts: the output directory is checked as the recorder checks it
+  (`proxycheck.io.storage.check_appendable`: not a file, not someone else's files, a recording
+  this proxycheck can append to); a problem is one line `proxycheck: PATH: PROBLEM`, exit 2.
 * Start: mitmdump reports `listening at ADDR:PORT` once it listens (so `--listen HOST:0` works,
   and the real port is printed); a mitmdump that exits during start-up (port in use, an option
   the recorder refuses) is one line, `proxycheck: mitmdump did not start: ...`, and exit 2.
@@ -33,8 +36,9 @@ from typing import Any
 
 from proxycheck.commands.common import header_name, http_url, parse_listen, print_warnings
 from proxycheck.core.errors import EXIT_OK, BadInput, ProcessError, ProxycheckError
-from proxycheck.core.recording.journal import JOURNAL_FILE, META_FILE
+from proxycheck.core.recording.journal import JOURNAL_FILE
 from proxycheck.io.procs import Managed, mitmdump_path
+from proxycheck.io.storage import check_appendable
 
 REFRESH = 1.0  # seconds between live-view updates
 START_TIMEOUT = 60.0  # mitmdump takes a few seconds to import on a slow machine
@@ -100,11 +104,9 @@ def check_arguments(args: argparse.Namespace) -> tuple[str, int]:
     host, port = parse_listen(args.listen)
     if args.mode == "reverse" and not args.upstream:
         raise BadInput("--upstream", "required in reverse mode (the URL of the engine or next hop)")
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise BadInput(args.out, "exists and is not a directory (a recording is a directory)")
-    if out.is_dir() and not (out / META_FILE).exists() and any(out.iterdir()):
-        raise BadInput(args.out, "is a directory that holds other files, not a recording (choose a new --out)")
+    # The recorder asks the same question of the directory; asked here, a problem is one line before
+    # mitmdump starts (the recorder in a running proxy only warns, so that traffic goes on).
+    check_appendable(args.out)
     return host, port
 
 

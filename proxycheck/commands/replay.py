@@ -74,16 +74,18 @@ def _dry_run(sessions: list[PlannedSession], routes: list[Route], options: "Repl
         sessions = greedy_sessions(sessions)
     greedy = ", greedy" if options.greedy else ""
     for route in routes:
-        proxy = f" via proxy {route.proxy}" if route.proxy else ""
+        proxy = f" via proxy {route.shown_proxy}" if route.proxy else ""  # userinfo never shown
         print(f"route {route.name}{proxy} (x{options.repeat}, {options.mode}, {options.client}{greedy})", file=out)
         for session in sessions:
             for turn in session.turns:
                 names = ", ".join(request_headers(turn, route, "RUN_ID"))
                 think = think_delay(turn, options.pace)
                 conn = "new connection" if turn.new_connection else "reused connection"
+                if turn.left_out:  # recorded forwarding headers: the route's hops add their own
+                    names += f"; left out as recorded by a hop: {', '.join(turn.left_out)}"
                 print(
                     f"  {session.name.label} {attempt_text(turn.turn, turn.attempt, turn.attempts)}: "
-                    f"{turn.method} {route.url_for(turn.url)} "
+                    f"{turn.method} {route.url_for(turn.url, shown=True)} "
                     f"body {len(turn.body)} B, {'backoff' if turn.attempt > 1 else 'think'} {think:.3f} s, {conn}; "
                     f"headers: {names}",
                     file=out,

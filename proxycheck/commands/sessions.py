@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     warnings = loaded.warnings
     print_warnings(warnings)
     if args.json:
-        json.dump(to_json(args.directory, sessions, warnings), sys.stdout, indent=2)
+        # allow_nan=False: what is printed is JSON, which has no NaN or Infinity.
+        json.dump(to_json(args.directory, sessions, warnings), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
         return EXIT_OK
     Console(highlight=False).print(sessions_view(args.directory, sessions, turns=args.turns))

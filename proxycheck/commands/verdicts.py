@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from rich.console import Console
 
 from proxycheck.core.diagnose.verdict import Judged, Verdict
-from proxycheck.core.errors import EXIT_FAULT, EXIT_OK, Interrupted, StorageError
+from proxycheck.core.errors import EXIT_FAULT, EXIT_OK, Interrupted
 from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.io.outputs import write_file
 from proxycheck.report.html import html_report
 from proxycheck.report.junit import junit_xml
 from proxycheck.report.progress import ReplayProgress
@@ -78,8 +79,4 @@ def report_check(check: "CheckRun", reports: Reports) -> int:
 
 
 def _write(path: Path, text: str) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise StorageError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    write_file(path, text)  # 0600, atomically; the path was checked before any traffic

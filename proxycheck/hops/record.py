@@ -11,11 +11,15 @@ are teed, how chunk bursts are merged and the connection bookkeeping are pure ru
 How each requirement maps onto mitmproxy's hooks (checked in
 `mitmproxy/proxy/layers/http/__init__.py`, 11.0.2 and 12.3.1):
 
-* Options (`load`, `configure`): declared with `loader.add_option`; `configure` validates them
-  (a filter that does not parse, an output path that is a file, a bad header name) and raises
-  `OptionsError`, which makes mitmdump exit with that message. It (re)opens the writer when the
-  output, redaction or session options change. No output directory: the recorder stays idle and
-  says so once.
+* Options (`load`, `configure`): declared with `loader.add_option`; `configure` validates their
+  values (a filter that does not parse, a bad header name) and raises `OptionsError`, which makes
+  mitmdump exit with that message, as every addon's `--set` does. It (re)opens the writer when
+  the output, redaction or session options change. No output directory: the recorder stays idle
+  and says so once. What is found in the output directory never stops mitmdump: a path that is a
+  file, a recording of a newer format, an unreadable or damaged recording.json, a journal that is
+  a directory (`proxycheck.io.storage.check_appendable`, which `proxycheck record` asks too, before
+  it starts mitmdump) is one warning naming the path and the problem, and traffic passes
+  unrecorded, at start-up as when the options change while it runs.
 * What is recorded (`request`): by default the paths `dialects.detect` recognizes (LLM
   generation endpoints); `proxycheck_filter` takes a mitmproxy filter expression instead. Other
   flows pass untouched. A request carrying `x-proxycheck-replay` (a proxycheck replay) is never
@@ -53,7 +57,8 @@ How each requirement maps onto mitmproxy's hooks (checked in
 * Never breaks traffic: every hook is wrapped. An exception while recording a flow is logged
   once, recording of that flow stops (its exchange gets an `error` record saying so, when the
   writer can still write) and the flow goes on byte-identical. A `StorageError` (unwritable
-  directory, full disk) is one warning; recording stops and traffic goes on.
+  directory, full disk) is one warning; recording stops and traffic goes on, and the writer notes
+  in the recording which exchanges were in flight then (not recorded to the end, not a wedge).
 
 Cost per streamed chunk (it runs on the loop that carries every flow): the tee appends the
 chunk and a `time.monotonic()` to a list. The writer's work, a few microseconds a chunk, is done
@@ -75,7 +80,6 @@ import weakref
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from mitmproxy import ctx, exceptions, flowfilter, http
@@ -84,14 +88,14 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.utils import human
 from mitmproxy.version import VERSION as MITMPROXY_VERSION
 
-from proxycheck.core.errors import StorageError
+from proxycheck.core.errors import ProxycheckError, StorageError
 from proxycheck.core.protocol import dialects
 from proxycheck.core.protocol.httpsyntax import HEADER_NAME
 from proxycheck.core.recording.capture import ConnectionBook, coalesce, header_text, safe_mode, tee_response
 from proxycheck.core.recording.redact import RedactionPolicy
 from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
 from proxycheck.core.replay.marker import REPLAY_HEADER
-from proxycheck.io.storage import RecordingWriter
+from proxycheck.io.storage import RecordingWriter, check_appendable
 
 __all__ = ["REPLAY_HEADER", "Recorder", "RecorderConfig", "addons", "parse_config"]
 
@@ -160,9 +164,7 @@ def parse_config(options: Any) -> tuple[RecorderConfig, Any]:
     OptionsError names every bad value."""
     raw = {name: getattr(options, PREFIX + name) for name in _NAMES}
     problems: list[str] = []
-    out = raw["out"].strip()
-    if out and Path(out).exists() and not Path(out).is_dir():
-        problems.append(f"{PREFIX}out: {out} exists and is not a directory (a recording is a directory)")
+    out = raw["out"].strip()  # what is at that path is not an option's value: `_open_writer` checks it
     expr = raw["filter"].strip()
     parsed = None
     if expr:
@@ -348,10 +350,16 @@ class Recorder:
             "session_headers": list(self.config.session_header),
         }
         try:
+            check_appendable(out)
             # The monotonic clock, explicitly: held chunk times are converted onto it.
             self.writer = RecordingWriter(out, self.config.policy, source=source, clock=time.monotonic)
-        except StorageError as exc:
-            self._warn_once(f"open:{out}", f"proxycheck recorder: {exc}; traffic passes unrecorded")
+        except ProxycheckError as exc:  # BadInput (what is there), StorageError (cannot write there)
+            self._warn_once(f"open:{out}:{exc}", f"proxycheck recorder: {exc}; traffic passes unrecorded")
+            return
+        except Exception as exc:  # whatever else the directory holds: it must not stop the proxy
+            self._warn_once(f"open:{out}:{type(exc).__name__}",
+                            f"proxycheck recorder: {out}: cannot open the recording ({type(exc).__name__}: {exc}); "
+                            "traffic passes unrecorded")  # fmt: skip
             return
         redaction = "on" if self.config.redact else "OFF"
         what = f"flows matching {self.config.filter!r}" if self.config.filter else "LLM API requests"

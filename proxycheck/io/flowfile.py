@@ -15,6 +15,12 @@ in the dump: it is imported with its headers and an empty body, and a warning sa
 The whole file is read before anything is written, so a truncated or foreign file is one
 `BadInput` naming the file, and no half recording is left behind. Warnings name flows as
 `flow[I]` (I counts from 0, in file order).
+
+The file's framing is checked before mitmproxy reads it (`_check_framing`): a dump is a sequence
+of tnetstring dictionaries, each `LENGTH:DATA}`. A length prefix beyond the end of the file (a
+truncated dump, or damage announcing terabytes, which mitmproxy would try to allocate) and an item
+that is not a dictionary are one BadInput naming the file, the flow and the byte offset; so is a
+dictionary mitmproxy cannot make a flow of.
 """
 
 from __future__ import annotations
@@ -24,7 +30,16 @@ from typing import Any
 
 from proxycheck.core.errors import BadInput
 from proxycheck.core.recording.capture import ConnectionBook, header_text
-from proxycheck.io.har import Imported, ImportedResponse, ImportResult
+from proxycheck.io.har import Imported, ImportedResponse, ImportResult, check_importable
+
+# The tnetstring type of each top-level item a dump holds: a dictionary (a flow's state).
+_DICT = ord("}")
+_TYPE_NAMES = {ord(","): "a byte string", ord(";"): "a text string", ord("#"): "an integer", ord("^"): "a float",
+               ord("!"): "a boolean", ord("~"): "a null", ord("]"): "a list"}  # fmt: skip
+_MAX_DIGITS = 12  # as mitmproxy's reader: a longer length prefix is not a tnetstring
+# What mitmproxy may raise on a dictionary that is no flow it knows (a damaged or foreign state).
+_STATE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError,
+                 UnicodeError, MemoryError)  # fmt: skip
 
 
 def read_flows(path: str | os.PathLike[str]) -> ImportResult:
@@ -45,8 +60,9 @@ def read_flows(path: str | os.PathLike[str]) -> ImportResult:
         try:
             x = _exchange(f, where, started_at, warnings)
             x.conn = {**(x.conn or {}), **servers.get(id(f), {})} or None
+            check_importable(x)
             result.exchanges.append(x)
-        except (ValueError, TypeError, AttributeError) as exc:
+        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
             warnings.append(f"{where}: malformed flow ({type(exc).__name__}: {exc}); skipped")
     result.exchanges.sort(key=lambda x: x.t_request)
     return result
@@ -56,14 +72,62 @@ def _read_all(name: str) -> list[Any]:
     from mitmproxy import exceptions
     from mitmproxy.io import FlowReader
 
+    flows: list[Any] = []
     try:
         with open(name, "rb") as f:
-            return list(FlowReader(f).stream())
+            _check_framing(f, name)
+            f.seek(0)
+            for flow in FlowReader(f).stream():
+                flows.append(flow)
     except OSError as exc:
         raise BadInput(name, f"cannot read: {exc.strerror or exc}") from None
     except exceptions.FlowReadException as exc:
         detail = str(exc) or "invalid data"
-        raise BadInput(name, f"not a readable mitmproxy flow file ({detail}; truncated or not a dump?)") from None
+        raise BadInput(name, f"not a readable mitmproxy flow file (flow[{len(flows)}]: {detail}; truncated or "
+                             "not a dump?)") from None  # fmt: skip
+    except _STATE_ERRORS as exc:
+        raise BadInput(name, f"not a readable mitmproxy flow file (flow[{len(flows)}] is not a flow mitmproxy "
+                             f"knows: {type(exc).__name__}: {str(exc)[:200]})") from None  # fmt: skip
+    return flows
+
+
+def _check_framing(f: Any, name: str) -> None:
+    """Each top-level tnetstring of the dump is `LENGTH:DATA}` and lies inside the file; BadInput
+    naming the flow and its byte offset otherwise. Reads only the prefixes (seeks over the data)."""
+    size = os.fstat(f.fileno()).st_size
+    head = f.read(4)
+    if head.startswith(b"\xef\xbb\xbf{") or head.startswith(b"{"):
+        return  # a HAR file named .flow: mitmproxy's reader reads those itself
+    f.seek(0)
+    index = 0
+    while True:
+        at = f.tell()
+        digits = b""
+        c = f.read(1)
+        if not c:
+            return
+        while c.isdigit() and len(digits) <= _MAX_DIGITS:
+            digits += c
+            c = f.read(1)
+        if len(digits) > _MAX_DIGITS:
+            raise BadInput(name, f"not a readable mitmproxy flow file (flow[{index}] at byte {at} announces a "
+                                 f"length of more than {_MAX_DIGITS} digits)")  # fmt: skip
+        if not digits or c != b":":
+            raise BadInput(name, f"not a readable mitmproxy flow file (flow[{index}] at byte {at} has no length "
+                                 "prefix, LENGTH:DATA)")  # fmt: skip
+        length = int(digits)
+        end = f.tell() + length  # the type byte's offset
+        if end >= size:
+            left = max(size - f.tell(), 0)
+            raise BadInput(name, f"not a readable mitmproxy flow file (truncated: flow[{index}] at byte {at} "
+                                 f"announces {length} bytes, the file ends {left} bytes later)")  # fmt: skip
+        f.seek(end)
+        kind = f.read(1)[0]
+        if kind != _DICT:
+            what = _TYPE_NAMES.get(kind, f"of unknown type {chr(kind)!r}")
+            raise BadInput(name, f"not a readable mitmproxy flow file (flow[{index}] at byte {at} is {what}, "
+                                 "not a dictionary: a flow)")  # fmt: skip
+        index += 1
 
 
 def _is_http(flow: Any) -> bool:

@@ -21,6 +21,13 @@ exchange an error. HAR bodies are decoded (no Content-Encoding), so a foreign en
 `Content-Encoding` and `Content-Length` headers are dropped; HTTP/2 pseudo-headers too.
 
 Warnings and errors name entries as `log.entries[I]` (I counts from 0). JSON only: no mitmproxy.
+
+What the journal could not hold is refused while reading, before the recording is created
+(`check_importable`, for `.flow` imports too): an entry with a URL that does not parse, a time
+that is not a finite number (NaN, 1e999) or lies absurdly far from the start, a status that is
+not an HTTP status, is skipped with a warning; text that is not valid Unicode is kept as
+`header_text` keeps it. A file that is no HAR document at all (not JSON, nested too deeply for
+any HAR) is one BadInput naming it.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import base64
 import binascii
 import datetime as _dt
 import json
+import math
 import os
 import sys
 import zlib
@@ -40,15 +48,20 @@ from urllib.parse import parse_qsl, urlsplit
 from proxycheck import __version__
 from proxycheck.core.errors import BadInput
 from proxycheck.core.protocol import dialects
-from proxycheck.core.recording.journal import RecordedExchange
+from proxycheck.core.recording.capture import header_text
+from proxycheck.core.recording.journal import MAX_WALL, RecordedExchange
 from proxycheck.core.recording.redact import REDACTED, REDACTED_TEXT, HeaderValue, RedactionPolicy
 from proxycheck.core.replay.marker import REPLAY_HEADER
+from proxycheck.io.outputs import check_outputs, write_file
 from proxycheck.io.storage import RecordingWriter
 
 # Headers that describe the body's encoding on the wire: a HAR's text is decoded, so they lie.
 _WIRE_ENCODING_HEADERS = frozenset({"content-encoding", "content-length"})
 _TIMING_BEFORE_HEADERS = ("blocked", "dns", "connect", "send", "wait")
-_FILE_MODE = 0o600
+# Offsets from the import's start beyond this (about 30 years, in seconds) are damage, not time.
+MAX_OFFSET = 1e9
+# What a damaged entry may raise while it is read: it is skipped, the others are imported.
+_ENTRY_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, binascii.Error)
 
 # --------------------------------------------------------------------------------------------
 # The neutral shape of imported exchanges
@@ -130,6 +143,30 @@ class ImportResult:
         )
 
 
+class NotImportable(ValueError):
+    """An exchange read from a file that cannot be imported; its message becomes the warning."""
+
+
+def check_importable(x: Imported) -> None:
+    """NotImportable (the reason) unless the journal can hold `x` as it is: a URL that parses, a
+    method, an HTTP status, finite times within MAX_OFFSET of the start."""
+    try:
+        parts = urlsplit(x.url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:
+        raise NotImportable(f"request url {x.url[:200]!r} is not a valid URL ({exc})") from None
+    if not x.method or not x.method.isprintable() or " " in x.method:
+        raise NotImportable(f"request method {x.method[:40]!r} is not an HTTP method")
+    times = [x.t_request, x.t_end, x.t_error, *(t for t, _ in x.chunks)]
+    if x.response is not None:
+        times.append(x.response.t)
+        if not 100 <= x.response.status <= 999:
+            raise NotImportable(f"response status {x.response.status} is not an HTTP status")
+    for t in times:
+        if t is not None and not (math.isfinite(t) and abs(t) <= MAX_OFFSET):
+            raise NotImportable(f"time {t!r} is not a usable time")
+
+
 def write_recording(directory: str | os.PathLike[str], result: ImportResult) -> int:
     """Journal the imported exchanges into a new recording directory; returns how many."""
     writer = RecordingWriter(directory, result.policy(), source=result.source, wall=lambda: result.started_at)
@@ -170,7 +207,7 @@ def check_out_directory(out: str | os.PathLike[str]) -> None:
 # Reading HAR
 
 
-class _Skip(ValueError):
+class _Skip(NotImportable):
     """A HAR entry that cannot be imported; its message becomes the warning."""
 
 
@@ -182,8 +219,11 @@ def read_har(path: str | os.PathLike[str]) -> ImportResult:
     entries = _entries(doc, name)
     log = doc["log"]
     own = log.get("_proxycheck_recording")
-    own = own if isinstance(own, dict) and _is_number(own.get("started_at")) else None
     warnings: list[str] = []
+    if isinstance(own, dict) and not _is_start(own.get("started_at")):
+        warnings.append(f"{name}: log._proxycheck_recording.started_at {own.get('started_at')!r} is not a time; "
+                        "entries read as a foreign HAR's (their own start times)")  # fmt: skip
+    own = own if isinstance(own, dict) and _is_start(own.get("started_at")) else None
     starts = _start_times(entries, name, warnings)
     if own is not None:
         started_at = float(own["started_at"])
@@ -193,8 +233,10 @@ def read_har(path: str | os.PathLike[str]) -> ImportResult:
     for i in sorted(starts, key=lambda i: (starts[i], i)):
         where = f"{name}: log.entries[{i}]"
         try:
-            result.exchanges.append(_entry(entries[i], where, starts[i] - started_at, own is not None, result))
-        except (_Skip, ValueError, TypeError, KeyError, binascii.Error) as exc:
+            x = _entry(entries[i], where, starts[i] - started_at, own is not None, result)
+            check_importable(x)
+            result.exchanges.append(x)
+        except _ENTRY_ERRORS as exc:
             warnings.append(f"{where}: {_reason(exc)}; skipped")
     if all(x.xid is not None for x in result.exchanges):
         result.exchanges.sort(key=lambda x: x.xid or 0)
@@ -252,16 +294,24 @@ def parse_time(value: Any) -> float:
         raise _Skip(f"startedDateTime {value!r} is not an ISO 8601 time") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=_dt.timezone.utc)
-    return when.timestamp()
+    epoch = when.timestamp()
+    if not _is_start(epoch):
+        raise _Skip(f"startedDateTime {value!r} is not a time a recording can start at")
+    return epoch
+
+
+def _is_start(value: Any) -> bool:
+    """A wall-clock start a recording can hold (and write a date for)."""
+    return _is_number(value) and 0 <= value <= MAX_WALL
 
 
 def _source(name: str, log: Mapping[str, Any], own: Mapping[str, Any] | None) -> dict[str, Any]:
     creator = log.get("creator")
     source: dict[str, Any] = {"imported_from": name, "format": "har"}
     if isinstance(creator, dict) and isinstance(creator.get("name"), str):
-        source["creator"] = f"{creator['name']} {creator.get('version') or ''}".strip()
+        source["creator"] = header_text(f"{creator['name']} {creator.get('version') or ''}".strip())
     original = own.get("source") if own else None
-    if isinstance(original, dict):
+    if isinstance(original, dict) and _json_clean(original):
         # What the recorder was told (session headers ...) still describes these exchanges.
         source = {**original, **source}
     return source
@@ -278,8 +328,8 @@ def _entry(entry: dict[str, Any], where: str, t0: float, own: bool, result: Impo
     x = Imported(
         where=where,
         t_request=_float(exact["request"]) if exact else t0,
-        method=method,
-        url=url,
+        method=header_text(method),
+        url=header_text(url),
         http_version=_version(request.get("httpVersion")),
         headers=_headers(request.get("headers"), raw=exact is not None),
         body=_post_data(request.get("postData")),
@@ -317,7 +367,7 @@ def _fill_foreign(x: Imported, entry: dict[str, Any], t0: float, result: ImportR
         if body:
             x.chunks = [(t_done, body)]
     if error or not (_is_int(status) and status > 0):
-        x.error, x.t_error = str(error or "no response (HAR status 0)"), t_done
+        x.error, x.t_error = header_text(str(error or "no response (HAR status 0)")), t_done
     else:
         x.t_end = t_done
 
@@ -340,7 +390,7 @@ def _fill_exact(x: Imported, entry: dict[str, Any], exact: Mapping[str, Any]) ->
         x.chunks = _exact_chunks(entry.get("_proxycheck_chunks"), body, exact)
         x.chunk_timing = entry.get("_proxycheck_chunk_timing") is not False
     if exact.get("error") is not None:
-        x.error = str(response.get("_error") or entry.get("_error") or "error")
+        x.error = header_text(str(response.get("_error") or entry.get("_error") or "error"))
         x.t_error = _float(exact["error"])
     elif exact.get("end") is not None:
         x.t_end = _float(exact["end"])
@@ -349,8 +399,8 @@ def _fill_exact(x: Imported, entry: dict[str, Any], exact: Mapping[str, Any]) ->
 def _exact_chunks(spec: Any, body: bytes, exact: Mapping[str, Any]) -> list[tuple[float, bytes]]:
     """The body cut back into its recorded chunks; one chunk at the end when they do not fit."""
     if isinstance(spec, list) and spec:
-        sizes = [(float(t), int(n)) for t, n in spec]
-        if sum(n for _, n in sizes) == len(body):
+        sizes = [(_float(t), n) for t, n in spec]
+        if all(_is_int(n) and n >= 0 for _, n in sizes) and sum(n for _, n in sizes) == len(body):
             out, pos = [], 0
             for t, n in sizes:
                 out.append((t, body[pos : pos + n]))
@@ -389,12 +439,12 @@ def _headers(value: Any, *, raw: bool) -> list[tuple[str, str]]:
     for h in value:
         if not (isinstance(h, dict) and isinstance(h.get("name"), str) and isinstance(h.get("value", ""), str)):
             raise _Skip("a header is not a {name, value} object")
-        name = h["name"]
+        name = header_text(h["name"])
         if name.startswith(":"):
             continue  # HTTP/2 pseudo-headers (Chrome lists them); they are not header fields
         if not raw and name.lower() in _WIRE_ENCODING_HEADERS:
             continue
-        out.append((name, h.get("value", "")))
+        out.append((name, header_text(h.get("value", ""))))
     return out
 
 
@@ -440,13 +490,13 @@ def _decode_text(text: Any, encoding: Any, what: str) -> bytes:
 def _conn(entry: Mapping[str, Any], request: Mapping[str, Any], own: bool) -> dict[str, Any] | None:
     if own:
         conn = entry.get("_proxycheck_conn")
-        return dict(conn) if isinstance(conn, dict) else None
+        return dict(conn) if isinstance(conn, dict) and _json_clean(conn) else None
     out: dict[str, Any] = {}
     # A browser's `connection` names its socket, which is the client's connection to the next hop.
     if isinstance(entry.get("connection"), (str, int)) and not isinstance(entry.get("connection"), bool):
-        out["client_id"] = str(entry["connection"])
+        out["client_id"] = header_text(str(entry["connection"]))[:200]
     if isinstance(entry.get("serverIPAddress"), str) and entry["serverIPAddress"]:
-        out["peer"] = entry["serverIPAddress"]
+        out["peer"] = header_text(entry["serverIPAddress"])[:200]
     version = _version(request.get("httpVersion"))
     if version:
         out["http_version"] = version
@@ -476,7 +526,13 @@ def _float(value: Any) -> float:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    """A finite JSON number (NaN and 1e999 are no times or sizes)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 def _is_int(value: Any) -> bool:
@@ -484,15 +540,31 @@ def _is_int(value: Any) -> bool:
 
 
 def _opt_str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+    return header_text(value) if isinstance(value, str) else None
 
 
 def _version(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+    return header_text(value) if isinstance(value, str) and value else None
+
+
+def _json_clean(value: Any, depth: int = 0) -> bool:
+    """Whether a JSON value can be written to a recording as it is: finite numbers, text that is
+    valid Unicode, not nested absurdly deep."""
+    if depth > 32:
+        return False
+    if isinstance(value, dict):
+        return all(_json_clean(k, depth + 1) and _json_clean(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_json_clean(v, depth + 1) for v in value)
+    if isinstance(value, str):
+        return header_text(value) == value
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, (bool, int))
 
 
 def _reason(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, _Skip) else f"malformed entry ({type(exc).__name__}: {exc})"
+    return str(exc) if isinstance(exc, NotImportable) else f"malformed entry ({type(exc).__name__}: {exc})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -500,8 +572,17 @@ def _reason(exc: BaseException) -> str:
 
 
 def har_document(recording: Any) -> dict[str, Any]:
-    """A loaded `Recording` as a HAR 1.2 document (a JSON-ready dict)."""
+    """A loaded `Recording` as a HAR 1.2 document (a JSON-ready dict); BadInput naming the
+    recording when a time in it cannot be written as a date."""
     started_at = float(recording.meta["started_at"])
+    try:
+        return _har_log(recording, started_at)
+    except (ValueError, OverflowError, OSError) as exc:
+        raise BadInput(str(getattr(recording, "directory", "")), f"a time in the recording cannot be written "
+                                                                  f"as a HAR date ({exc})") from None  # fmt: skip
+
+
+def _har_log(recording: Any, started_at: float) -> dict[str, Any]:
     return {
         "log": {
             "version": "1.2",
@@ -519,21 +600,21 @@ def har_document(recording: Any) -> dict[str, Any]:
 
 def write_har(document: Mapping[str, Any], target: str) -> None:
     """Write HAR JSON to `target` (atomically, owner-only: it holds prompts) or stdout for `-`."""
-    data = json.dumps(document, indent=1, ensure_ascii=False).encode("utf-8") + b"\n"
+    try:
+        # allow_nan=False: NaN is not JSON, and no HAR reader would take it.
+        text = json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False)
+        try:
+            data = text.encode("utf-8") + b"\n"
+        except UnicodeEncodeError:  # a lone surrogate the recording kept: written as a JSON escape
+            data = json.dumps(document, indent=1, allow_nan=False).encode("ascii") + b"\n"
+    except ValueError as exc:
+        raise BadInput(target, f"cannot write the recording as HAR ({exc})") from None
     if target == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
-    path = Path(target)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _FILE_MODE)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise BadInput(target, f"cannot write: {exc.strerror or exc}") from None
+    check_outputs(files={"--har": target})
+    write_file(target, data)
 
 
 def _har_entry(recording: Any, x: RecordedExchange, started_at: float) -> dict[str, Any]:

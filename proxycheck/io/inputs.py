@@ -1,6 +1,7 @@
 """The inputs every command that sends traffic validates before the first byte: the chain file
-(read and validated whole), the run directory `--out` names, and the CA files of the routes. Each
-mistake is one BadInput naming the file (and line), exit status 2, with nothing sent or written."""
+(read and validated whole), the run directory `--out` names (`proxycheck.io.outputs` checks it can
+be created), and the CA files of the routes. Each mistake is one BadInput naming the file (and
+line), exit status 2, with nothing sent or written."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Iterable
 
 from proxycheck.core.errors import BadInput
 from proxycheck.core.replay.chain import Chain, Route, parse_chain
+from proxycheck.io.outputs import check_outputs
 from proxycheck.io.runstore import RUN_FILE
 
 
@@ -37,6 +39,7 @@ def check_out(out: str | None) -> None:
         raise BadInput(out, "already holds a run; give another directory")
     if path.exists() and not path.is_dir():
         raise BadInput(out, "exists and is not a directory")
+    check_outputs(directories={"--out": out})  # a directory that cannot be created, found now
 
 
 def check_tls(routes: Iterable[Route]) -> None:

@@ -5,13 +5,17 @@ Recordings (`proxycheck.io.storage`) and runs (`proxycheck.io.runstore`) are bot
 rules they share: a record is one line written with one `write` on an `O_APPEND` descriptor (so a
 crash leaves at most one damaged line, at the end), metadata is replaced through a temporary file
 and `rename`, and a reader steps over any line it cannot read (cut by a crash, overwritten by a
-full disk, not UTF-8, not JSON, absurdly long) with a warning that names `file:line`, instead of
-giving up on everything that was recorded before it.
+full disk, not UTF-8, not JSON, absurdly long, nested too deeply to parse) with a warning that
+names `file:line`, instead of giving up on everything that was recorded before it. Reading is
+strict JSON: `NaN`, `Infinity` and numbers too large for a float (`1e309`) are not JSON values a
+proxycheck writer produces, so a line holding one is damaged, and nothing read can carry them on
+into a document proxycheck writes.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
@@ -20,6 +24,26 @@ from proxycheck.core.errors import BadInput
 from proxycheck.core.recording.journal import MAX_LINE, RecordingWarning
 
 FILE_MODE = 0o600
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]} is too large")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_STRICT = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_constant)
+
+
+def loads_strict(text: str) -> Any:
+    """One JSON value, strictly: ValueError for NaN, Infinity, a float that overflows, or bad
+    JSON; RecursionError for nesting deeper than the parser goes."""
+    return _STRICT.decode(text)
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -84,15 +108,24 @@ _DAMAGED = object()
 def _parse_line(line: bytes, where: str, warnings: list[RecordingWarning]) -> Any:
     try:
         # Decode first: json.loads(bytes) would guess UTF-16/32 for some garbage.
-        return json.loads(line.decode("utf-8"))
+        return loads_strict(line.decode("utf-8"))
     except UnicodeDecodeError:
         warnings.append(RecordingWarning(where, "line is not UTF-8; skipped"))
-    except ValueError:
+    except RecursionError:
+        warnings.append(RecordingWarning(where, "JSON nested too deeply; skipped"))
+    except ValueError as exc:
         if not line.endswith(b"\n"):
             warnings.append(RecordingWarning(where, "last line is incomplete (the writer stopped mid-line); skipped"))
         else:
-            warnings.append(RecordingWarning(where, "invalid JSON; skipped"))
+            warnings.append(RecordingWarning(where, f"invalid JSON{_constant_detail(exc)}; skipped"))
     return _DAMAGED
+
+
+def _constant_detail(exc: ValueError) -> str:
+    """What was wrong, when it was a value JSON does not have (NaN, Infinity, a huge number)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return ""
+    return f" ({exc})"
 
 
 def _skip_rest_of_line(f: BinaryIO) -> None:
@@ -122,8 +155,10 @@ def read_json_file(path: Path) -> Any:
     except OSError as exc:
         raise BadInput(str(path), f"cannot read: {exc.strerror}") from exc
     try:
-        return json.loads(raw.decode("utf-8"))
+        return loads_strict(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise BadInput(str(path), "not UTF-8 text") from None
+    except RecursionError:
+        raise BadInput(str(path), "invalid JSON (nested too deeply)") from None
     except ValueError as exc:
         raise BadInput(str(path), f"invalid JSON ({exc})") from None

@@ -44,6 +44,7 @@ from proxycheck.core.minimize.ddmin import Bisect, Budget, Candidate, DDMin, Tri
 from proxycheck.core.minimize.shrink import drop_units, message_units, shrink_to
 from proxycheck.core.recording.sessions import attempt_text
 from proxycheck.core.replay.plan import derive_watchdogs
+from proxycheck.io.outputs import write_file
 from proxycheck.io.recordings import LoadedRecording, open_recording
 from proxycheck.io.subset import subset_recording, write_subset
 
@@ -446,7 +447,7 @@ class _Minimizer:
             "replays": self.budget.spent,
             "seconds": round(self.now() - start, 3),
         }
-        (Path(out) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        write_file(Path(out) / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")  # 0600, as the recording
         return MinimizeResult(str(out), self.complete, summary, self.interrupted)
 
 

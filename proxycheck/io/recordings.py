@@ -16,7 +16,6 @@ Nothing here prints; the warnings are handed back for the command to show.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -29,7 +28,7 @@ from proxycheck.core.recording.journal import RecordedExchange
 from proxycheck.core.recording.sessions import DEFAULT_SESSION_FIELDS, DEFAULT_SESSION_HEADERS
 from proxycheck.core.recording.summary import SessionSummarizer, SessionSummary
 from proxycheck.core.replay.plan import PlannedSession, plan_sessions
-from proxycheck.io.jsonl import read_json_file
+from proxycheck.io.jsonl import loads_strict, read_json_file
 from proxycheck.io.storage import Recording, load
 
 
@@ -144,8 +143,8 @@ def _records(lines: list[bytes]) -> Iterator[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
-        except ValueError:
+            rec = loads_strict(line.decode("utf-8"))
+        except (ValueError, RecursionError):
             continue  # the loader reports damaged lines; a follower just counts
         if isinstance(rec, dict):
             yield rec

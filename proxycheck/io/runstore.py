@@ -30,9 +30,10 @@ from proxycheck import __version__
 from proxycheck.core.errors import BadInput, Interrupted, StorageError
 from proxycheck.core.exchange.observation import Observation, decode, encode
 from proxycheck.core.exchange.watchdogs import Watchdogs
-from proxycheck.core.recording.journal import RecordingWarning
+from proxycheck.core.recording.journal import MAX_WALL, RecordingWarning
 from proxycheck.core.recording.sessions import SessionName
 from proxycheck.io.jsonl import atomic_write, open_append, read_json_file, read_records, write_all
+from proxycheck.io.outputs import make_dirs
 
 RUN_FILE = "run.json"
 OBSERVATIONS_FILE = "observations.jsonl"
@@ -109,7 +110,7 @@ class RunWriter:
             "status": "running",
         }
         try:
-            self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            make_dirs(self.directory)  # 0700, and so is each parent it creates
             if (self.directory / RUN_FILE).exists():
                 raise StorageError(f"{self.directory}: already holds a run; give another directory")
             self._write_meta()
@@ -257,8 +258,8 @@ def _check_meta(meta: Any, where: str) -> None:
             where, f"run format version {version} is newer than this proxycheck reads ({VERSION}); upgrade proxycheck"
         )
     started = meta.get("started_at")
-    if isinstance(started, bool) or not isinstance(started, (int, float)):
-        raise BadInput(where, "started_at is missing or not a number")
+    if isinstance(started, bool) or not isinstance(started, (int, float)) or not 0 <= started <= MAX_WALL:
+        raise BadInput(where, "started_at is missing or not a wall-clock time (epoch seconds)")
 
 
 def _observations(path: Path, warnings: list[RecordingWarning]) -> Iterator[Observation]:
@@ -271,11 +272,15 @@ def _observations(path: Path, warnings: list[RecordingWarning]) -> Iterator[Obse
             continue
         kind = rec.get("k")
         if kind != "obs":
-            if str(kind) not in unknown:
-                unknown.add(str(kind))
+            # A kind that is not text is named by its type (a damaged value may be too deep to print).
+            kind = kind if isinstance(kind, str) else f"<{type(kind).__name__}>"
+            if kind not in unknown:
+                unknown.add(kind)
                 warnings.append(RecordingWarning(where, f"unknown record kind {kind!r}; skipped"))
             continue
         try:
             yield decode(rec)
-        except ValueError as exc:
-            warnings.append(RecordingWarning(where, f"bad observation ({exc}); skipped"))
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
+            # A line that parses as JSON yet holds the wrong types is as damaged as one that does not.
+            detail = exc.args[0] if exc.args else type(exc).__name__
+            warnings.append(RecordingWarning(where, f"bad observation ({detail}); skipped"))

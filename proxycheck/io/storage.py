@@ -5,11 +5,21 @@ owns files: permissions (directories 0700, files 0600: recordings may hold priva
 appending whole lines with one write each, buffering response chunks and flushing them at least
 every second, and reading a journal that a crash or a full disk may have left damaged (the
 line-level rules, shared with runs, are `proxycheck.io.jsonl`).
+
+Whether a recording can be opened for appending in a directory is one function,
+`check_appendable`, which the recorder addon and `proxycheck record` both ask before they write
+(it reads and never changes what is there). A writer that can no longer write (a full disk, a
+read-only one, a file size limit) raises `StorageError` and writes nothing more; on that first
+failure it frees the small reserve file it made at open (`RESERVE_FILE`) and notes in
+recording.json, under `write_failures`, from when it failed, why, and which exchanges were in
+flight then, so the recording says they were not recorded to the end instead of looking like a
+wedge.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import threading
@@ -24,13 +34,76 @@ from proxycheck.core.recording import bodies
 from proxycheck.core.recording import journal as fmt
 from proxycheck.core.recording.journal import RecordedExchange, RecordingWarning
 from proxycheck.core.recording.redact import RedactionPolicy, redact_body, redact_headers, redact_url
-from proxycheck.io.jsonl import atomic_write as _atomic_write
 from proxycheck.io.jsonl import ensure_line_end, open_append, read_json_file, read_records
 from proxycheck.io.jsonl import write_all as _write_all
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 FLUSH_INTERVAL = 1.0
+# Space kept at open and freed on the first failed write, so that a full disk still has room for
+# the note in recording.json that says where the recording stops; removed on close.
+RESERVE_FILE = ".reserve"
+RESERVE_BYTES = 16 << 10
+
+
+def check_appendable(directory: str | os.PathLike[str], *, others_allowed: bool = False) -> None:
+    """Whether a recording can be created, or appended to, in `directory`: BadInput naming the
+    path and the problem when what is there is no recording to append to, StorageError when it
+    cannot be written. Reads only: nothing there is created, changed or removed.
+
+    A directory holding other files but no recording.json is refused unless `others_allowed`
+    (the recorder and `proxycheck record` never mix a recording into someone else's files)."""
+    root = Path(directory)
+    try:
+        _check_appendable(root, others_allowed)
+    except RecursionError:
+        raise BadInput(str(root / fmt.META_FILE), "nested too deeply to be read (not a recording)") from None
+    except OSError as exc:
+        raise StorageError(f"{root}: cannot write a recording here: {exc.strerror or exc}") from None
+
+
+def _unwritable(path: Path, why: str) -> StorageError:
+    return StorageError(f"{path}: cannot write a recording here: {why}")
+
+
+def _check_appendable(root: Path, others_allowed: bool) -> None:
+    if not root.exists() and not root.is_symlink():
+        ancestor = root.parent
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise _unwritable(root, f"{ancestor} is not a directory")
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise _unwritable(root, f"{ancestor} is not writable")
+        return
+    if not root.is_dir():
+        raise BadInput(str(root), "exists and is not a directory (a recording is a directory)")
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise _unwritable(root, "the directory is not writable")
+    meta_path, journal, blobs = root / fmt.META_FILE, root / fmt.JOURNAL_FILE, root / fmt.BLOB_DIR
+    if not meta_path.exists():
+        if journal.exists() or journal.is_symlink():
+            raise BadInput(str(root), f"has a {fmt.JOURNAL_FILE} but no {fmt.META_FILE}: not a recording to append to")
+        if not others_allowed and any(root.iterdir()):
+            raise BadInput(str(root), f"holds other files and no {fmt.META_FILE}: not a recording "
+                                      "(choose a new directory)")  # fmt: skip
+        return
+    if not meta_path.is_file():
+        raise BadInput(str(meta_path), "is not a file")
+    meta = _read_metadata(meta_path)
+    if meta.get("format") != fmt.FORMAT:
+        raise BadInput(str(meta_path), f"recording format {meta.get('format')!r}: this proxycheck appends only to "
+                                       f"format {fmt.FORMAT} (record into a new directory)")  # fmt: skip
+    if journal.exists() or journal.is_symlink():
+        if not journal.is_file():
+            raise BadInput(str(journal), "is not a file")
+        if not os.access(journal, os.R_OK | os.W_OK):
+            raise _unwritable(journal, "it cannot be read and appended to")
+    if blobs.exists() or blobs.is_symlink():
+        if not blobs.is_dir():
+            raise BadInput(str(blobs), "exists and is not a directory")
+        if not os.access(blobs, os.W_OK | os.X_OK):
+            raise _unwritable(blobs, "the directory is not writable")
 
 
 class RecordingWriter:
@@ -42,6 +115,9 @@ class RecordingWriter:
     passed or the buffer is large; a caller with a timer calls `flush()` too, so a stalled stream's
     last chunks are on disk within a second. Thread-safe: mitmproxy hooks and a flush timer may
     call it concurrently.
+
+    A write that fails (`OSError`) is a `StorageError`; the first one is noted in recording.json
+    (`write_failures`, in the space the reserve file frees) and every later write refuses at once.
     """
 
     def __init__(
@@ -64,6 +140,9 @@ class RecordingWriter:
         self._closed = False
         # Digest of each journaled history -> its exchange, to find the longest earlier prefix.
         self._histories: dict[bytes, int] = {}
+        self._failure: StorageError | None = None  # the first failed write: nothing is written after it
+        self._reserve: Path | None = None
+        check_appendable(self.directory, others_allowed=True)
         try:
             self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
             meta_path = self.directory / fmt.META_FILE
@@ -75,13 +154,16 @@ class RecordingWriter:
                 now = wall()
                 created = _dt.datetime.fromtimestamp(now, _dt.timezone.utc).isoformat()
                 self.meta = fmt.new_metadata(now, created, __version__, source=source or {})
-                _atomic_write(meta_path, json.dumps(self.meta, indent=2).encode() + b"\n")
+                _replace_file(meta_path, _metadata_bytes(self.meta))
                 self._next_xid, self._known = 1, set()
             # Offsets are measured on the monotonic clock, anchored to wall time once.
             self._base = clock() - (wall() - float(self.meta["started_at"]))
             self._fd = open_append(self.directory / fmt.JOURNAL_FILE, FILE_MODE)
         except OSError as exc:
             raise StorageError(f"{self.directory}: cannot write a recording here: {exc.strerror or exc}") from exc
+        except RecursionError:
+            raise BadInput(str(self.directory / fmt.JOURNAL_FILE), "nested too deeply to be read") from None
+        self._reserve = _make_reserve(self.directory / RESERVE_FILE)
 
     # Clock -----------------------------------------------------------------------------------
 
@@ -180,20 +262,28 @@ class RecordingWriter:
             self._last_flush = self._clock()
 
     def close(self, reason: str = "closed") -> None:
-        """Flush, mark exchanges still in flight as interrupted, and close the journal."""
+        """Flush, mark exchanges still in flight as interrupted, and close the journal (after a
+        failed write nothing more is written: recording.json already says what is missing)."""
         with self._lock:
             if self._closed:
                 return
             try:
-                self.flush()
-                self._append(fmt.dumps(fmt.close_record(self.now(), reason, self._inflight)))
+                if self._failure is None:
+                    self.flush()
+                    self._append(fmt.dumps(fmt.close_record(self.now(), reason, self._inflight)))
             finally:
                 self._closed = True
                 os.close(self._fd)
+                self._free_reserve()
 
     @property
     def inflight(self) -> frozenset[int]:
         return frozenset(self._inflight)
+
+    @property
+    def failure(self) -> StorageError | None:
+        """The first write that failed (None while every write succeeded)."""
+        return self._failure
 
     # Internals -------------------------------------------------------------------------------
 
@@ -233,21 +323,101 @@ class RecordingWriter:
 
     def _piece_line(self, pid: str, data: bytes) -> bytes:
         if len(data) > fmt.INLINE_PIECE_MAX:
+            self._refuse_if_failed()
             blob_dir = self.directory / fmt.BLOB_DIR
-            blob_dir.mkdir(mode=DIR_MODE, exist_ok=True)
             target = blob_dir / pid
-            if not target.exists():
-                _atomic_write(target, data)
+            try:
+                blob_dir.mkdir(mode=DIR_MODE, exist_ok=True)
+                if not target.exists():
+                    _replace_file(target, data)
+            except OSError as exc:
+                raise self._failed(target, exc) from exc
             return b""
         return fmt.dumps(fmt.blob_record(pid, data))
 
     def _append(self, data: bytes) -> None:
-        if self._closed:
-            raise StorageError(f"{self.directory}: the recording is closed")
+        self._refuse_if_failed()
         try:
             _write_all(self._fd, data)
         except OSError as exc:
-            raise StorageError(f"{self.directory / fmt.JOURNAL_FILE}: write failed: {exc.strerror or exc}") from exc
+            raise self._failed(self.directory / fmt.JOURNAL_FILE, exc) from exc
+
+    def _refuse_if_failed(self) -> None:
+        if self._closed:
+            raise StorageError(f"{self.directory}: the recording is closed")
+        if self._failure is not None:
+            raise self._failure
+
+    def _failed(self, path: Path, exc: OSError) -> StorageError:
+        """The StorageError for a failed write; the first one is noted in recording.json (in the
+        space the reserve frees) with the exchanges it leaves incomplete."""
+        why = exc.strerror or str(exc)
+        error = StorageError(f"{path}: write failed: {why}")
+        if self._failure is not None:
+            return error
+        self._free_reserve()
+        entry = fmt.write_failure_entry(self.now(), why, self._inflight)
+        earlier = self.meta.get(fmt.WRITE_FAILURES)
+        meta = {**self.meta, fmt.WRITE_FAILURES: [*(earlier if isinstance(earlier, list) else ()), entry]}
+        try:
+            _replace_file(self.directory / fmt.META_FILE, _metadata_bytes(meta))
+            self.meta = meta
+        except OSError as again:
+            error = StorageError(f"{path}: write failed: {why}; {fmt.META_FILE} could not say where the recording "
+                                 f"stops either ({again.strerror or again}): {len(self._inflight)} exchange(s) "
+                                 "in flight will look unfinished")  # fmt: skip
+        self._failure = error
+        return error
+
+    def _free_reserve(self) -> None:
+        reserve, self._reserve = self._reserve, None
+        if reserve is not None:
+            try:
+                reserve.unlink()
+            except OSError:
+                pass
+
+
+def _metadata_bytes(meta: Mapping[str, Any]) -> bytes:
+    return json.dumps(meta, indent=2).encode() + b"\n"
+
+
+def _replace_file(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` atomically (readers see the old file or the new one); a write
+    that fails leaves no temporary file behind (on a full disk it would only fill it further)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
+def _make_reserve(path: Path) -> Path | None:
+    """A file of RESERVE_BYTES real bytes (not a sparse hole, which would free nothing); None
+    when there is no room for it, which only means there is no reserve to free."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        try:
+            _write_all(fd, bytes(RESERVE_BYTES))
+        finally:
+            os.close(fd)
+        return path
+    except OSError:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -291,7 +461,12 @@ class Recording:
 
 def load(directory: str | os.PathLike[str]) -> Recording:
     """Load a recording directory. BadInput for what cannot be loaded at all; damaged lines are
-    skipped and reported in `warnings` (file and line)."""
+    skipped and reported in `warnings` (file and line).
+
+    Damage loses only what it touches: an exchange whose request body cannot be rebuilt exactly
+    (a piece lost with a damaged line or a missing blobs/ file, a damaged request line, a history
+    built on a request that was skipped) is skipped with a warning at its request's line saying
+    what was lost, and everything else loads, lists and replays."""
     root = Path(directory)
     if not root.exists():
         raise BadInput(str(root), "no such directory")
@@ -311,8 +486,91 @@ def load(directory: str | os.PathLike[str]) -> Recording:
         rec = upgrade_record(rec)
         if rec is not None:
             builder.add(rec, where)
-    exchanges = builder.finish()
+    builder.add_write_failures(meta, str(meta_path))  # the writer's note of where it could write no more
+    exchanges = _rebuildable(root, builder.finish(), builder, journal)
     return Recording(root, meta, exchanges, builder.pieces, builder.warnings, builder.closed)
+
+
+def _rebuildable(
+    root: Path, exchanges: list[RecordedExchange], builder: fmt.RecordingBuilder, journal: Path
+) -> list[RecordedExchange]:
+    """The exchanges whose request bodies join back to their recorded SHA-256; each other one is
+    skipped with a warning at its request line that says what was lost and, for a missing piece,
+    the damaged journal line that probably held it (pieces are journaled just before the first
+    request that uses them). Blob files are hashed in blocks: a large body is never held whole."""
+    damaged = _damaged_lines(builder.warnings, journal)
+    pieces = builder.pieces
+    blob_dir = root / fmt.BLOB_DIR
+    kept: list[RecordedExchange] = []
+    for ex in exchanges:
+        where = builder.where_of(ex.xid)
+        line = _line_of(where)
+
+        def blocks_of(pid: str) -> Iterator[bytes]:
+            data = pieces.get(pid)
+            if data is not None:
+                yield data
+                return
+            yield from _blob_blocks(blob_dir / pid, pid, _nearest_before(damaged, line, journal))
+
+        problem = bodies.unrebuildable(ex.body, blocks_of)
+        if problem is None:
+            kept.append(ex)
+            continue
+        builder.warnings.append(RecordingWarning(
+            where or str(journal), f"exchange {ex.xid} ({ex.method} {ex.path}) skipped: its request body cannot "
+                                   f"be rebuilt, {problem}",
+        ))  # fmt: skip
+    return kept
+
+
+def _blob_blocks(path: Path, pid: str, damaged_line: str | None) -> Iterator[bytes]:
+    """A blob file's bytes in blocks; MissingPiece saying where the piece should have been, or
+    that the file's bytes are not the piece's (checked against its id once all are read)."""
+    if damaged_line is not None and not path.exists():
+        raise bodies.MissingPiece(pid, f": no readable journal line holds it ({damaged_line}, before this request, "
+                                       "is damaged) and it is not in blobs/")  # fmt: skip
+    if path.exists() and not path.is_file():  # a directory, a FIFO, a device: reading one could block
+        raise bodies.MissingPiece(pid, f": not in the journal, and {path} is not a file")
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise bodies.MissingPiece(pid, f": not in the journal, and {path}: {exc.strerror or exc}") from None
+    digest = hashlib.sha256()
+    with f:
+        while True:
+            try:
+                block = f.read(1 << 20)
+            except OSError as exc:
+                raise bodies.MissingPiece(pid, f": {path}: {exc.strerror or exc}") from None
+            if not block:
+                break
+            digest.update(block)
+            yield block
+    if digest.hexdigest()[:32] != pid:  # a piece's id is its SHA-256's first 128 bits (bodies.piece_id)
+        raise bodies.MissingPiece(pid, f": {path} is damaged (its bytes are not the piece's)")
+
+
+def _damaged_lines(warnings: list[RecordingWarning], journal: Path) -> list[int]:
+    """The journal lines the warnings so far skipped, in order."""
+    prefix = f"{journal}:"
+    return [n for w in warnings if w.where.startswith(prefix) and _could_hold_a_piece(w.message)
+            and (n := _line_of(w.where)) is not None]  # fmt: skip
+
+
+def _could_hold_a_piece(message: str) -> bool:
+    """A line too damaged to say what it was, or a damaged piece; not a record of another kind."""
+    return not message.startswith("bad '") or message.startswith("bad 'blob'")
+
+
+def _line_of(where: str) -> int | None:
+    number = where.rsplit(":", 1)[-1]
+    return int(number) if number.isdigit() else None
+
+
+def _nearest_before(damaged: list[int], line: int | None, journal: Path) -> str | None:
+    before = [n for n in damaged if line is None or n < line]
+    return f"{journal}:{before[-1]}" if before else None
 
 
 def _read_metadata(path: Path) -> dict[str, Any]:

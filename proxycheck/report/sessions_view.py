@@ -18,7 +18,8 @@ from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.recording.sessions import attempt_text
 from proxycheck.core.recording.summary import SessionSummary, TurnSummary
 
-_STYLE = {Outcome.OK: "green", Outcome.IN_FLIGHT: "bold red", Outcome.BUFFERED: "yellow", Outcome.SLOW: "yellow"}
+_STYLE = {Outcome.OK: "green", Outcome.IN_FLIGHT: "bold red", Outcome.BUFFERED: "yellow", Outcome.SLOW: "yellow",
+          Outcome.NOT_RECORDED: "yellow"}  # not recorded to the end (a full disk): no failure
 
 
 def human_bytes(n: int) -> str:

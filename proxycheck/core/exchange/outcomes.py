@@ -71,13 +71,16 @@ class Outcome(str, enum.Enum):
     BUFFERED = "buffered"
     SLOW = "slow"
     IN_FLIGHT = "in_flight"
+    # Recordings only: the recorder could no longer write while the exchange ran (a full disk).
+    # Neither a failure nor a success: the recording does not know how it ended.
+    NOT_RECORDED = "not_recorded"
 
     def __str__(self) -> str:
         return self.value
 
     @property
     def is_failure(self) -> bool:
-        return self not in (Outcome.OK, Outcome.BUFFERED, Outcome.SLOW)
+        return self not in (Outcome.OK, Outcome.BUFFERED, Outcome.SLOW, Outcome.NOT_RECORDED)
 
     @property
     def is_degradation(self) -> bool:

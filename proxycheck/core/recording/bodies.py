@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 # Top-level JSON members whose array elements become one piece each: the conversation history.
 _HISTORY_KEYS = frozenset({"messages", "input", "contents"})
@@ -29,7 +29,24 @@ _PIECE_MIN = 256
 _FIELD_STR_MAX = 200
 
 _WS = re.compile(r"[ \t\n\r]*")
+# What `piece_id` gives; a reference that is not one is damage (and must never name another
+# file than a piece in blobs/).
+_PIECE_ID = re.compile(r"[0-9a-f]{32}")
 _DECODER = json.JSONDecoder()
+
+
+def is_text(v: Any) -> bool:
+    """A string a writer could have written: no lone surrogate, which JSON's escapes allow but
+    UTF-8 (the journal's, the terminal's, every output file's) cannot hold."""
+    if not isinstance(v, str):
+        return False
+    if v.isascii():
+        return True
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def piece_id(data: bytes) -> str:
@@ -239,7 +256,9 @@ def _object_members(text: str) -> list[Member] | None:
             if text[i] == "}":
                 return members if ws(text, i + 1).end() == len(text) else None
             return None
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, RecursionError):
+        # RecursionError: a member nested deeper than the parser goes. Such a body is kept whole,
+        # as text that is not one JSON object is.
         return None
 
 
@@ -274,6 +293,49 @@ def join_body(body: Body, resolve: Callable[[str], bytes]) -> bytes:
         else:
             out += part.sep.encode("utf-8").join(resolve(pid) for pid in body.messages or ())
     return bytes(out)
+
+
+class MissingPiece(Exception):
+    """`unrebuildable`'s resolver found no piece with this id."""
+
+    def __init__(self, pid: str, detail: str = "") -> None:
+        super().__init__(pid)
+        self.pid = pid
+        self.detail = detail
+
+
+def unrebuildable(body: Body, blocks_of: Callable[[str], Iterable[bytes]]) -> str | None:
+    """Why `body` cannot be joined back to the bytes it was recorded from, or None when it can.
+
+    `blocks_of(id)` gives a piece's bytes (in blocks, so a large piece need not be held whole)
+    or raises `MissingPiece`. The joined bytes must hash to the recorded SHA-256: a damaged
+    request line (its literal text, its history, its digest) is caught here, before a replay
+    sends what the client never sent."""
+    digest = hashlib.sha256()
+    try:
+        for block in _joined_blocks(body, blocks_of):
+            digest.update(block)
+    except MissingPiece as missing:
+        return f"piece {missing.pid} is missing{missing.detail}"
+    except UnicodeEncodeError:
+        return "its literal text is not UTF-8"
+    if digest.hexdigest() != body.sha256:
+        return "the joined body does not match its recorded SHA-256 (the request line or a piece is damaged)"
+    return None
+
+
+def _joined_blocks(body: Body, blocks_of: Callable[[str], Iterable[bytes]]) -> Iterator[bytes]:
+    for part in body.parts:
+        if isinstance(part, str):
+            yield part.encode("utf-8")
+        elif isinstance(part, PieceRef):
+            yield from blocks_of(part.id)
+        else:
+            sep = part.sep.encode("utf-8")
+            for i, pid in enumerate(body.messages or ()):
+                if i:
+                    yield sep
+                yield from blocks_of(pid)
 
 
 def prefix_digests(ids: Sequence[str]) -> list[bytes]:
@@ -318,11 +380,14 @@ def decode_body(rec: Any, history_of: Callable[[int], tuple[str, ...] | None]) -
     if not isinstance(rec, dict):
         raise ValueError("body is not an object")
     parts: list[BodyPart] = []
-    for p in rec.get("parts", []):
+    raw_parts = rec.get("parts", [])
+    if not isinstance(raw_parts, list):
+        raise ValueError("parts is not a list")
+    for p in raw_parts:
         if isinstance(p, str):
             parts.append(p)
         elif isinstance(p, dict) and isinstance(p.get("p"), str):
-            parts.append(PieceRef(p["p"]))
+            parts.append(PieceRef(_checked_id(p["p"])))
         elif isinstance(p, dict) and isinstance(p.get("h"), str):
             parts.append(HistoryRun(p["h"]))
         else:
@@ -332,15 +397,27 @@ def decode_body(rec: Any, history_of: Callable[[int], tuple[str, ...] | None]) -
     named = rec.get("named") or {}
     if not isinstance(fields, dict) or not isinstance(keys, list) or not isinstance(named, dict):
         raise ValueError("bad fields, keys or named")
+    # What a writer puts there is small scalars, names and piece ids; anything else is damage
+    # (and a nested value would travel on into every report that shows the fields).
+    if not all(_is_small_scalar(v) and (is_text(v) or not isinstance(v, str)) for v in fields.values()):
+        raise ValueError("a body field is not a small scalar")
+    if not all(is_text(k) for k in fields):
+        raise ValueError("a body field's name is not text")
+    refs = {p.id for p in parts if isinstance(p, PieceRef)}
+    if not all(is_text(k) for k in keys) or not all(v in refs for v in named.values()):
+        raise ValueError("bad keys or named (a named piece is not one of the body's)")
+    kind, sha = rec.get("kind", "json"), rec.get("sha256", "")
+    if not isinstance(kind, str) or not isinstance(sha, str):
+        raise ValueError("kind or sha256 is not text")
     return Body(
-        str(rec.get("kind", "json")),
+        kind,
         _size(rec.get("size")),
-        str(rec.get("sha256", "")),
+        sha,
         tuple(parts),
         _decode_history(rec.get("history"), history_of),
         fields,
-        tuple(str(k) for k in keys),
-        {str(k): str(v) for k, v in named.items()},
+        tuple(keys),
+        dict(named),
     )
 
 
@@ -348,17 +425,23 @@ def _decode_history(rec: Any, history_of: Callable[[int], tuple[str, ...] | None
     if rec is None:
         return None
     add = rec.get("add") if isinstance(rec, dict) else None
-    if not (isinstance(add, list) and all(isinstance(i, str) for i in add)):
+    if not (isinstance(add, list) and all(isinstance(i, str) and _PIECE_ID.fullmatch(i) for i in add)):
         raise ValueError("bad history")
     if "base" not in rec:
         return tuple(add)
     base, keep = rec.get("base"), rec.get("keep")
-    if not isinstance(base, int) or not isinstance(keep, int):
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in (base, keep)) or keep < 0:
         raise ValueError("bad history base")
     earlier = history_of(base)
     if earlier is None or len(earlier) < keep:
         raise ValueError(f"its history builds on exchange {base}, which is missing or damaged")
     return earlier[:keep] + tuple(add)
+
+
+def _checked_id(pid: str) -> str:
+    if not _PIECE_ID.fullmatch(pid):
+        raise ValueError("a piece reference is not a piece id")
+    return pid
 
 
 def _size(v: Any) -> int:

@@ -22,7 +22,13 @@ Journal records (`k` is the kind; `x` the exchange number; `t` seconds since `st
     {"k":"error","x":N,"t":T,"msg":..}           the exchange failed (reset, timeout ...)
     {"k":"close","t":T,"reason":..,"inflight":[N,..]}  the recorder stopped
 
-An exchange with a `req` and neither `end` nor `error` is *in flight*: the evidence of a wedge.
+An exchange with a `req` and neither `end` nor `error` is *in flight*: the evidence of a wedge,
+unless the writer could no longer write while it ran: then recording.json lists it under
+`write_failures` (`[{"t": T, "message": "No space left on device", "incomplete": [N, ..]}]`,
+added atomically by the writer on its first failed write) and it was *not recorded to the end*
+(`RecordedExchange.not_recorded`), which says nothing about the traffic. So is an exchange in
+flight when a damaged line follows its last record: that line may have held its end, and a wedge
+is never made of a line that cannot be read.
 A header value that carried a secret is stored as `{"redacted":true}`.
 
 BODY is a request body cut into content-addressed pieces (message-level deduplication, byte-exact
@@ -36,11 +42,13 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
+from urllib.parse import urlsplit
 
 from proxycheck.core.errors import BadInput
-from proxycheck.core.recording.bodies import Body, decode_body
+from proxycheck.core.recording.bodies import Body, decode_body, is_text, piece_id
 from proxycheck.core.recording.redact import REDACTED, Headers, HeaderValue
 
 FORMAT = 1
@@ -56,6 +64,11 @@ INLINE_PIECE_MAX = 1 << 20
 MAX_LINE = 16 << 20
 # Response data records hold at most this many bytes.
 DATA_RECORD_MAX = 1 << 20
+# Journal times are offsets from `started_at`; one further away than this (about 300 years) is
+# damage, not a time (and would overflow the arithmetic and clocks built on it).
+MAX_OFFSET = 1e10
+# `started_at` is a wall-clock time in epoch seconds, between 1970 and this (the year 5138).
+MAX_WALL = 1e11
 
 # --------------------------------------------------------------------------------------------
 # Records
@@ -70,12 +83,12 @@ def decode_headers(rec: Any) -> Headers:
         raise ValueError("headers is not a list")
     out: list[tuple[str, HeaderValue]] = []
     for item in rec:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+        if not (isinstance(item, list) and len(item) == 2 and is_text(item[0])):
             raise ValueError("bad header entry")
         value = item[1]
         if isinstance(value, dict) and value.get("redacted"):
             out.append((item[0], REDACTED))
-        elif isinstance(value, str):
+        elif is_text(value):
             out.append((item[0], value))
         else:
             raise ValueError("bad header value")
@@ -101,7 +114,9 @@ def decode_payload(rec: Mapping[str, Any]) -> bytes:
             raise ValueError("v is not text")
         return rec["v"].encode("utf-8", "surrogateescape")
     if "b64" in rec:
-        return base64.b64decode(rec["b64"], validate=True)
+        if not isinstance(rec["b64"], str):
+            raise ValueError("b64 is not text")
+        return base64.b64decode(rec["b64"], validate=True)  # binascii.Error is a ValueError
     raise ValueError("no v or b64")
 
 
@@ -190,6 +205,16 @@ def close_record(t: float, reason: str, inflight: Iterable[int]) -> dict[str, An
     return {"k": "close", "t": round(t, 6), "reason": reason, "inflight": sorted(inflight)}
 
 
+# recording.json's list of the times the writer could no longer write (see the module docstring).
+WRITE_FAILURES = "write_failures"
+
+
+def write_failure_entry(t: float, message: str, incomplete: Iterable[int]) -> dict[str, Any]:
+    """One entry of `write_failures`: from when, why (the system's words), and the exchanges
+    that were in flight then, whose records from then on are missing."""
+    return {"t": round(t, 6), "message": message, "incomplete": sorted(incomplete)}
+
+
 # --------------------------------------------------------------------------------------------
 # Loaded exchanges
 
@@ -208,10 +233,19 @@ class Connection:
 
     @staticmethod
     def from_record(rec: Any) -> "Connection | None":
+        """The facts of a `conn` object; a fact of the wrong type (a damaged line) is unknown."""
         if not isinstance(rec, dict):
             return None
-        names = Connection.__slots__  # type: ignore[attr-defined]
-        return Connection(**{k: rec.get(k) for k in names})
+        idle = rec.get("server_idle")
+        return Connection(
+            client_id=_opt_str(rec.get("client_id")),
+            server_id=_opt_str(rec.get("server_id")),
+            server_reused=_opt_bool(rec.get("server_reused")),
+            server_idle=float(idle) if _is_number(idle) and 0 <= idle <= MAX_OFFSET else None,
+            http_version=_opt_str(rec.get("http_version")),
+            tls=_opt_bool(rec.get("tls")),
+            peer=_opt_str(rec.get("peer")),
+        )
 
     def merged(self, other: "Connection | None") -> "Connection":
         if other is None:
@@ -247,6 +281,9 @@ class RecordedExchange:
     error: str | None = None
     t_error: float | None = None
     interrupted: bool = False
+    # Why the recording of this exchange stops short (the writer could no longer write while it
+    # was in flight: recording.json's `write_failures`); None when it was recorded as it went.
+    not_recorded: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -301,22 +338,34 @@ class RecordingWarning:
 
 
 class _Building:
-    """Mutable state of one exchange while its records are replayed."""
+    """Mutable state of one exchange while its records are replayed; `where` is its request's line."""
 
-    __slots__ = ("fields", "data", "chunks")
+    __slots__ = ("fields", "data", "chunks", "where")
 
-    def __init__(self, fields: dict[str, Any]) -> None:
+    def __init__(self, fields: dict[str, Any], where: str = "") -> None:
         self.fields = fields
         self.data: list[bytes] = []
         self.chunks: list[tuple[float, int]] = []
+        self.where = where
+
+
+class _Dropped(Exception):
+    """A record of an exchange whose request was already skipped with a warning: dropped quietly."""
 
 
 class RecordingBuilder:
     """Rebuilds exchanges from journal records, tolerating damage.
 
     `add(record, where)` takes one decoded JSON line; a record that does not fit (unknown
-    exchange, missing fields) is skipped with a warning naming `where`. Pieces are collected so
-    bodies can be joined later; `finish()` returns the exchanges in request order. A reader that
+    exchange, missing fields, a value of the wrong type or out of range) is skipped with a
+    warning naming `where`. When a request record is skipped, so is its exchange: its later
+    records are dropped without a warning each (one more says so when a record names an
+    exchange whose request line is not in the journal at all), and a later request whose history
+    builds on it is skipped too, the warning naming it, unless the skipped request's body was
+    whole (a URL that does not parse costs only its own exchange). Pieces are collected so
+    bodies can be joined later (a piece whose bytes do not hash to its id is damaged and
+    skipped); `where_of(x)` is the line of exchange x's request; `finish()` returns the exchanges
+    in request order. A reader that
     follows a journal as it grows asks `take_changed()` instead: only the exchanges the records
     added since it last asked changed, so it rebuilds no more than what is new.
     """
@@ -328,28 +377,91 @@ class RecordingBuilder:
         self._exchanges: dict[int, _Building] = {}
         self._unknown_kinds: set[str] = set()
         self._changed: set[int] = set()
+        # Exchanges whose request record was skipped (their number was readable), and numbers
+        # that records named without any request record: each warned about once.
+        self._skipped: dict[int, str] = {}
+        # The histories of skipped requests whose bodies were whole: later turns build on them.
+        self._skipped_histories: dict[int, tuple[str, ...] | None] = {}
+        self._orphans: set[int] = set()
+        self._where = ""
+        # Exchanges in flight when a journal line was lost, and that line: the line may have held
+        # their end. Forgotten when a later record of the exchange shows the line was not its end.
+        self._lost_after: dict[int, str] = {}
+        self._warnings_seen = 0  # warnings the reader adds between records are lines it lost
 
     def add(self, rec: Any, where: str) -> None:
+        self._note_lost_lines()
+        try:
+            self._add(rec, where)
+        finally:
+            self._warnings_seen = len(self.warnings)
+
+    def _note_lost_lines(self) -> None:
+        """The reader appends a warning to `warnings` for each line it could not read (not JSON,
+        not UTF-8, too long, cut short): the exchanges in flight at that point may have lost their
+        end to it."""
+        if len(self.warnings) > self._warnings_seen:
+            self._lost(self.warnings[self._warnings_seen].where, None)
+            self._warnings_seen = len(self.warnings)
+
+    def _lost(self, where: str, xid: int | None) -> None:
+        """A line at `where` was lost; it belonged to exchange `xid`, or to any exchange in flight."""
+        candidates = [xid] if xid is not None else list(self._exchanges)
+        for x in candidates:
+            b = self._exchanges.get(x)
+            if b is not None and b.fields.get("t_end") is None and b.fields.get("error") is None:
+                self._lost_after.setdefault(x, where)
+                self._changed.add(x)
+
+    def _add(self, rec: Any, where: str) -> None:
         if not isinstance(rec, dict):
             self.warnings.append(RecordingWarning(where, "record is not a JSON object; skipped"))
             return
         kind = rec.get("k")
-        handler = _HANDLERS.get(kind)  # type: ignore[arg-type]
+        if not isinstance(kind, str):
+            # Named by its type: a damaged line's value may be a list nested too deep to print.
+            kind = f"<{type(kind).__name__}>"
+        handler = _HANDLERS.get(kind)
         if handler is None:
             if kind not in self._unknown_kinds:
-                self._unknown_kinds.add(str(kind))
+                self._unknown_kinds.add(kind)
                 self.warnings.append(RecordingWarning(where, f"unknown record kind {kind!r}; skipped"))
             return
+        self._where = where  # the line the handler reads
         try:
             handler(self, rec)
-        except (ValueError, TypeError, KeyError) as exc:
-            detail = exc.args[0] if exc.args else type(exc).__name__
-            self.warnings.append(RecordingWarning(where, f"bad {kind!r} record ({detail}); skipped"))
+        except _Dropped:
             return
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as exc:
+            detail = exc.args[0] if exc.args else type(exc).__name__
+            if kind == "req":
+                self._skip_request(rec, where, str(detail))
+            else:
+                self.warnings.append(RecordingWarning(where, f"bad {kind!r} record ({detail}); skipped"))
+                xid = rec.get("x")
+                if kind != "blob" and not (isinstance(xid, int) and xid in self._orphans):
+                    self._lost(where, xid if isinstance(xid, int) and xid in self._exchanges else None)
+            return
+        if kind not in ("close", "blob"):
+            self._lost_after.pop(rec["x"], None)  # a later record of it: the lost line was not its end
         if kind == "close":
             self._changed.update(x for x in rec.get("inflight") or () if x in self._exchanges)
         elif kind != "blob":
             self._changed.add(rec["x"])
+
+    def where_of(self, xid: int) -> str:
+        """The journal line of exchange `xid`'s request record ("" when it has none)."""
+        b = self._exchanges.get(xid)
+        return b.where if b is not None else ""
+
+    def _skip_request(self, rec: dict[str, Any], where: str, detail: str) -> None:
+        """A request record that cannot be used: its exchange is skipped, and said so once."""
+        xid = rec.get("x")
+        known = isinstance(xid, int) and not isinstance(xid, bool) and xid not in self._exchanges
+        if known:
+            self._skipped[xid] = where
+        what = f"exchange {xid}" if known else "a request"
+        self.warnings.append(RecordingWarning(where, f"bad 'req' record ({detail}); {what} skipped"))
 
     # Handlers -----------------------------------------------------------------------------
 
@@ -357,35 +469,32 @@ class RecordingBuilder:
         pid = rec["id"]
         if not isinstance(pid, str):
             raise ValueError("id is not text")
-        self.pieces[pid] = decode_payload(rec)
+        data = decode_payload(rec)
+        if piece_id(data) != pid:
+            raise ValueError("its bytes do not match its id: the line is damaged")
+        self.pieces[pid] = data
 
     def _req(self, rec: dict[str, Any]) -> None:
         xid = _int(rec, "x")
-        if xid in self._exchanges:
+        if xid in self._exchanges or xid in self._skipped:
             raise ValueError(f"exchange {xid} started twice")
-        url, method = rec["url"], rec.get("method", "POST")
-        if not isinstance(url, str) or not isinstance(method, str):
-            raise ValueError("url or method is not text")
-        redacted = rec.get("redacted") or []
-        self._exchanges[xid] = _Building(
-            {
-                "xid": xid,
-                "t_request": _float(rec, "t"),
-                "method": method,
-                "url": url,
-                "http_version": _opt_str(rec.get("http")),
-                "request_headers": decode_headers(rec.get("headers", [])),
-                "body": decode_body(rec.get("body", {"kind": "empty", "size": 0}), self._history_of),
-                "redacted": tuple(str(r) for r in redacted),
-                "conn": Connection.from_record(rec.get("conn")),
-            }
-        )
+        body = decode_body(rec.get("body", {"kind": "empty", "size": 0}), self._history_of)
+        try:
+            fields = _request_fields(rec, xid, body)
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError):
+            # Its body is whole: the later turns that build on its history lose nothing.
+            self._skipped_histories[xid] = body.messages
+            raise
+        self._exchanges[xid] = _Building(fields, self._where)
 
     def _resp(self, rec: dict[str, Any]) -> None:
         b = self._exchange(rec)
+        status = _int(rec, "status")
+        if not 100 <= status <= 999:
+            raise ValueError(f"status {status} is not an HTTP status")
         b.fields.update(
             t_response=_float(rec, "t"),
-            status=_int(rec, "status"),
+            status=status,
             reason=_opt_str(rec.get("reason")),
             response_headers=decode_headers(rec.get("headers", [])),
             streamed=bool(rec["stream"]) if "stream" in rec else None,
@@ -405,7 +514,7 @@ class RecordingBuilder:
         chunks = rec["c"]
         if not isinstance(chunks, list):
             raise ValueError("c is not a list")
-        timed = [(float(t), int(n)) for t, n in chunks]
+        timed = [_chunk(c) for c in chunks]
         if sum(n for _, n in timed) != len(payload):
             raise ValueError("chunk sizes do not add up to the data")
         b.data.append(payload)
@@ -416,45 +525,127 @@ class RecordingBuilder:
 
     def _error(self, rec: dict[str, Any]) -> None:
         b = self._exchange(rec)
+        msg = rec.get("msg")
+        if msg is not None and not is_text(msg):
+            raise ValueError("msg is not text")
         b.fields["t_error"] = _float(rec, "t")
-        b.fields["error"] = str(rec.get("msg") or "error")
+        b.fields["error"] = msg or "error"
         self._merge_conn(b, rec)
 
     def _close(self, rec: dict[str, Any]) -> None:
+        inflight = rec.get("inflight") or []
+        if not isinstance(inflight, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in inflight):
+            raise ValueError("inflight is not a list of exchange numbers")
         self.closed.append(rec)
-        for xid in rec.get("inflight") or []:
+        for xid in inflight:
             b = self._exchanges.get(xid)
             if b is not None:
                 b.fields["interrupted"] = True
 
+    def add_write_failures(self, meta: Mapping[str, Any], where: str) -> None:
+        """Mark the exchanges recording.json's `write_failures` lists as not recorded to the end
+        (after the journal's records: an exchange that has its end is left as it is), and say
+        once per failure what was lost; a damaged entry is skipped with a warning naming `where`."""
+        entries = meta.get(WRITE_FAILURES)
+        if entries is None:
+            return
+        if not isinstance(entries, list):
+            self.warnings.append(RecordingWarning(where, f"{WRITE_FAILURES} is not a list; skipped"))
+            return
+        for entry in entries:
+            try:
+                t = _float(entry, "t")
+                incomplete = [x for x in entry["incomplete"] if isinstance(x, int) and not isinstance(x, bool)]
+                message = str(entry.get("message") or "write failed")
+            except (ValueError, TypeError, KeyError, AttributeError):
+                self.warnings.append(RecordingWarning(where, f"bad {WRITE_FAILURES} entry; skipped"))
+                continue
+            why = f"the recorder could not write from {t:.2f} s on ({message})"
+            marked = 0
+            for xid in incomplete:
+                b = self._exchanges.get(xid)
+                if b is None or b.fields.get("t_end") is not None or b.fields.get("error") is not None:
+                    continue
+                b.fields["not_recorded"] = f"not recorded to the end: {why}"
+                self._changed.add(xid)
+                marked += 1
+            self.warnings.append(RecordingWarning(where, f"{why}: {marked} exchange(s) not recorded to the end, "
+                                                         "what came after is not in the recording"))
+        self._warnings_seen = len(self.warnings)  # its own warnings are no lost lines
+
     def _history_of(self, xid: int) -> tuple[str, ...] | None:
         b = self._exchanges.get(xid)
-        return b.fields["body"].messages if b is not None else None
+        if b is not None:
+            return b.fields["body"].messages
+        if xid in self._skipped_histories:
+            return self._skipped_histories[xid]
+        skipped = self._skipped.get(xid)
+        if skipped is not None:
+            raise ValueError(f"its history builds on exchange {xid}, skipped at {skipped}")
+        return None
 
     def _exchange(self, rec: dict[str, Any]) -> _Building:
         xid = _int(rec, "x")
         b = self._exchanges.get(xid)
-        if b is None:
-            raise ValueError(f"exchange {xid} has no request record")
-        return b
+        if b is not None:
+            return b
+        if xid in self._skipped or xid in self._orphans:
+            raise _Dropped
+        # Said once: the lines of an exchange whose request line was lost are one loss, not many.
+        self._orphans.add(xid)
+        raise ValueError(f"exchange {xid} has no request record (a damaged line?); its records are skipped")
 
     # ---------------------------------------------------------------------------------------
 
     def finish(self) -> list[RecordedExchange]:
+        self._note_lost_lines()
         self._changed.clear()
-        out = [_built(b) for b in self._exchanges.values()]
+        out = [self._built(x, b) for x, b in self._exchanges.items()]
         out.sort(key=lambda x: (x.t_request, x.xid))
         return out
 
     def take_changed(self) -> list[RecordedExchange]:
         """The exchanges that records added since the last call (or `finish`) started or changed."""
-        out = [_built(self._exchanges[x]) for x in sorted(self._changed)]
+        self._note_lost_lines()
+        out = [self._built(x, self._exchanges[x]) for x in sorted(self._changed)]
         self._changed.clear()
         return out
 
+    def _built(self, xid: int, b: _Building) -> RecordedExchange:
+        lost = self._lost_after.get(xid)
+        fields = b.fields
+        unfinished = fields.get("t_end") is None and fields.get("error") is None
+        # The recorder's close record listing it in flight says the lost line was not its end.
+        if lost is not None and unfinished and not fields.get("interrupted") and not fields.get("not_recorded"):
+            fields = {**fields, "not_recorded": f"not recorded to the end: {lost} is damaged and may have held "
+                                               "the rest of it"}  # fmt: skip
+        return _built(b, fields)
 
-def _built(b: _Building) -> RecordedExchange:
-    fields = dict(b.fields)
+
+def _request_fields(rec: dict[str, Any], xid: int, body: Body) -> dict[str, Any]:
+    """The fields of a request record but its body (decoded already), checked."""
+    url, method = rec["url"], rec.get("method", "POST")
+    if not is_text(url) or not is_text(method):
+        raise ValueError("url or method is not text")
+    _check_url(url)
+    redacted = rec.get("redacted") or []
+    if not isinstance(redacted, list) or not all(is_text(r) for r in redacted):
+        raise ValueError("redacted is not a list of names")
+    return {
+        "xid": xid,
+        "t_request": _float(rec, "t"),
+        "method": method,
+        "url": url,
+        "http_version": _opt_str(rec.get("http")),
+        "request_headers": decode_headers(rec.get("headers", [])),
+        "body": body,
+        "redacted": tuple(redacted),
+        "conn": Connection.from_record(rec.get("conn")),
+    }
+
+
+def _built(b: _Building, fields: dict[str, Any] | None = None) -> RecordedExchange:
+    fields = dict(b.fields if fields is None else fields)
     fields["chunks"] = tuple(b.chunks)
     fields["response_body"] = b"".join(b.data)
     return RecordedExchange(**fields)
@@ -478,15 +669,55 @@ def _int(rec: Mapping[str, Any], key: str) -> int:
     return v
 
 
-def _float(rec: Mapping[str, Any], key: str) -> float:
-    v = rec[key]
+def _is_number(v: Any) -> bool:
+    """A finite JSON number (an int too large for a float is none)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError(f"{key} is not a number")
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def _time(v: Any, what: str) -> float:
+    """A journal time: a number of seconds from the recording's start, within MAX_OFFSET."""
+    if not _is_number(v):
+        raise ValueError(f"{what} is not a number")
+    if not -MAX_OFFSET <= v <= MAX_OFFSET:
+        raise ValueError(f"{what} {v:.3g} is out of range")
     return float(v)
 
 
+def _float(rec: Mapping[str, Any], key: str) -> float:
+    return _time(rec[key], key)
+
+
+def _chunk(c: Any) -> tuple[float, int]:
+    """One [time, length] entry of a data record's `c`."""
+    if not (isinstance(c, list) and len(c) == 2):
+        raise ValueError("a chunk is not [time, length]")
+    t, n = c
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError("a chunk length is not a byte count")
+    return _time(t, "a chunk time"), n
+
+
+def _check_url(url: str) -> None:
+    """A recorded URL that urllib cannot take apart (`http://[::1`, a port out of range) would stop
+    every command that reads it: the line is damaged."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (parsing the port is the check)
+    except ValueError as exc:
+        raise ValueError(f"url {url[:80]!r} does not parse: {exc}") from None
+
+
 def _opt_str(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
+    return v if is_text(v) else None
+
+
+def _opt_bool(v: Any) -> bool | None:
+    return v if isinstance(v, bool) else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -529,8 +760,11 @@ def check_metadata(meta: Any, where: str, current: int = FORMAT) -> int:
             f"recording format {version} is newer than this proxycheck reads ({current}); "
             "upgrade proxycheck",
         )
-    if not isinstance(meta.get("started_at"), (int, float)):
+    started = meta.get("started_at")
+    if not _is_number(started):
         raise BadInput(where, "started_at is missing or not a number")
+    if not 0 <= started <= MAX_WALL:
+        raise BadInput(where, f"started_at {started:.6g} is not a wall-clock time (epoch seconds)")
     return version
 
 

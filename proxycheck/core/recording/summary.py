@@ -180,7 +180,7 @@ def _prompt(exchange: RecordedExchange, resolve: Callable[[str], bytes]) -> str 
         if pid is not None:
             try:
                 decoded = json.loads(resolve(pid))
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):
                 return None
             return decoded if isinstance(decoded, str) else None
     return None
@@ -203,14 +203,20 @@ def analyze(ex: RecordedExchange) -> ExchangeAnalysis:
     """The analysis of one exchange (its response parsed once)."""
     dialect = dialect_of(ex)
     analysis = analyze_exchange(ex, dialect)
-    classified = classify_recorded(
-        finished=ex.finished,
-        error=ex.error,
-        interrupted=ex.interrupted,
-        status=ex.status,
-        analysis=analysis,
-        ended_at=ex.t_error if ex.error is not None else ex.t_end,
-    )
+    if ex.not_recorded is not None and not ex.finished:
+        # The recorder stopped writing while it ran: how it ended is unknown, not a wedge.
+        events = analysis.events if analysis is not None else 0
+        got = f"{events} event(s) recorded" if ex.status is not None else "no response headers recorded"
+        classified = Classified(Outcome.NOT_RECORDED, f"{ex.not_recorded}; {got}")
+    else:
+        classified = classify_recorded(
+            finished=ex.finished,
+            error=ex.error,
+            interrupted=ex.interrupted,
+            status=ex.status,
+            analysis=analysis,
+            ended_at=ex.t_error if ex.error is not None else ex.t_end,
+        )
     return ExchangeAnalysis(dialect, is_streamed(ex), analysis, classified, ended_at(ex))
 
 
@@ -248,7 +254,8 @@ class SessionSummarizer:
             prompt=_prompt(ex, self._resolve) if ex.body.messages is None else None,
             client=ex.conn.client_id if ex.conn else None,
             route=f"{ex.method} {ex.path}",
-            failed=analysis.classified.outcome is not Outcome.OK,
+            # Not recorded to the end is no failure: a re-send after it is a new turn.
+            failed=analysis.classified.outcome not in (Outcome.OK, Outcome.NOT_RECORDED),
             retry_count=retry_count(ex),
             digest=ex.body.sha256,
         )

@@ -11,6 +11,7 @@
     name = "edge"
     url = "http://127.0.0.1:8080"     # a reverse hop
     headers = { "x-api-key" = "${EDGE_KEY}" }
+    query = { key = "${EDGE_KEY}" }   # a query parameter the recording holds redacted
 
 Routes: `direct` (the engine URL) and `via:NAME` (enter the chain at hop NAME and pass every hop
 from there inward). The *ladder* is `direct, via:hops[n-1], ..., via:hops[0]`.
@@ -24,6 +25,14 @@ How a route reaches the engine:
   headers are the engine's, then each hop's from the innermost to the entry (outer ones win on the
   same name). `${VAR}` is expanded from the environment when the file is read; a missing variable
   is an error naming it. Headers never come from a recording.
+- Query parameters: `query` supplies the value of a parameter the recorded query carries (a key
+  the recorder redacted, say), merged as headers are; the rest of the recorded query is sent byte
+  for byte (`Route.url_for`).
+- Userinfo (`http://user:pw@host`) becomes Basic authorization on the routes whose requests go to
+  that URL (Proxy-Authorization for a forward hop's proxy, as the clients do), and is never shown:
+  not in messages, not in a run's `chain` (`Chain.to_doc`). A route that would also send an
+  Authorization (Proxy-Authorization) header from the file is refused: one would silently
+  replace the other.
 
 The file is validated whole when it is read, before anything is sent (`parse_chain`): a mistake
 in it would otherwise fail every exchange at the client, and those failures would read as the
@@ -36,13 +45,14 @@ recorded URL. Pure: the file's text and the environment are passed in.
 
 from __future__ import annotations
 
+import base64
 import difflib
 import json
 import re
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NoReturn, Sequence
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, unquote, unquote_plus, urlsplit, urlunsplit
 
 from proxycheck.core.errors import BadInput
 from proxycheck.core.protocol.httpsyntax import HEADER_NAME, value_problem_at
@@ -52,16 +62,21 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 Verify = bool | str
+Pairs = tuple[tuple[str, str], ...]
+#: How a value the chain file supplies is shown (a dry run's URLs): never the value itself.
+SUPPLIED_SHOWN = "[from chain file]"
 
 
 @dataclass(frozen=True, slots=True)
 class Hop:
     name: str
-    url: str | None = None  # a reverse hop's entry point
-    proxy: str | None = None  # a forward hop's proxy URL
-    headers: tuple[tuple[str, str], ...] = ()
+    url: str | None = None  # a reverse hop's entry point, without userinfo
+    proxy: str | None = None  # a forward hop's proxy URL (userinfo kept: the client sends it to the proxy)
+    headers: Pairs = ()
     verify: Verify = True
     line: int | None = field(default=None, compare=False)  # where the file names it, for messages
+    query: Pairs = ()  # query parameters supplied to the routes entering at or outside this hop
+    url_auth: str | None = field(default=None, repr=False)  # Basic authorization from `url`'s userinfo
 
     @property
     def forward(self) -> bool:
@@ -73,28 +88,55 @@ class Route:
     """One way to send a request: where to, through which proxy, with which headers."""
 
     name: str
-    base_url: str  # scheme://host:port[/prefix] the requests go to
-    proxy: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()
+    base_url: str  # scheme://host:port[/prefix] the requests go to (never userinfo)
+    proxy: str | None = None  # may hold userinfo: show `shown_proxy`
+    headers: Pairs = ()
     verify: Verify = True
     hops: tuple[str, ...] = ()  # the hops this route passes, from its entry inward
+    query: Pairs = ()  # parameters whose recorded values the route replaces
 
-    def url_for(self, recorded_url: str) -> str:
+    def url_for(self, recorded_url: str, *, shown: bool = False) -> str:
         """The URL to send a recorded request to: the route's scheme, host, port and path
-        prefix, with the recorded path and query (the recorded host is never used)."""
+        prefix, with the recorded path and query (the recorded host is never used), the values
+        of the route's `query` parameters put in. `shown`: as a listing may print it, the
+        supplied values as SUPPLIED_SHOWN."""
         rec = urlsplit(recorded_url)
         base = urlsplit(self.base_url)
         path = base.path.rstrip("/") + (rec.path or "/")
-        return urlunsplit((base.scheme, base.netloc, path, rec.query, ""))
+        query = supply_query(rec.query, self.query, shown=shown)
+        return urlunsplit((base.scheme, base.netloc, path, query, ""))
+
+    @property
+    def shown_proxy(self) -> str | None:
+        """The proxy URL as it may be shown: userinfo hidden."""
+        return hide_userinfo(self.proxy) if self.proxy else None
+
+
+def supply_query(raw: str, supplied: Pairs, *, shown: bool = False) -> str:
+    """`raw` (a recorded query) with the values of the `supplied` parameters (names matched as
+    the recorder redacts them: decoded, case-insensitive) replaced; every other byte as it was.
+    A parameter the recorded query does not carry is not added: the client never sent it."""
+    if not supplied or not raw:
+        return raw
+    values = {name.lower(): value for name, value in supplied}
+    pieces = raw.split("&")
+    for index, piece in enumerate(pieces):
+        name, sep, _ = piece.partition("=")
+        value = values.get(unquote_plus(name).lower())
+        if value is not None:
+            pieces[index] = f"{name}={SUPPLIED_SHOWN if shown else quote(value, safe='')}"
+    return "&".join(pieces)
 
 
 @dataclass(frozen=True, slots=True)
 class Chain:
-    engine: str
-    engine_headers: tuple[tuple[str, str], ...] = ()
+    engine: str  # without userinfo
+    engine_headers: Pairs = ()
     engine_verify: Verify = True
     hops: tuple[Hop, ...] = field(default=())
     source: str = ""
+    engine_query: Pairs = ()
+    engine_auth: str | None = field(default=None, repr=False)  # Basic authorization from `engine`'s userinfo
 
     def hop(self, name: str) -> Hop:
         for h in self.hops:
@@ -108,34 +150,43 @@ class Chain:
         return ladder_of_hops([h.name for h in self.hops])
 
     def to_doc(self) -> dict[str, Any]:
-        """The chain as a run's run.json keeps it: URLs and header NAMES only (values may be
-        credentials). `doc_ladder` and `doc_hops_by_route` read it back."""
-        return {
+        """The chain as a run's run.json keeps it: URLs without userinfo, header and query NAMES
+        only (values may be credentials). `doc_ladder` and `doc_hops_by_route` read it back."""
+        doc: dict[str, Any] = {
             "source": self.source,
             "engine": self.engine,
             "engine_headers": [n for n, _ in self.engine_headers],
             "hops": [
-                {"name": h.name, "url": h.url, "proxy": h.proxy, "headers": [n for n, _ in h.headers]}
+                {"name": h.name, "url": h.url, "proxy": hide_userinfo(h.proxy) if h.proxy else None,
+                 "headers": [n for n, _ in h.headers], **({"query": [n for n, _ in h.query]} if h.query else {})}
                 for h in self.hops
-            ],
+            ],  # fmt: skip
         }
+        if self.engine_query:
+            doc["engine_query"] = [n for n, _ in self.engine_query]
+        return doc
 
     def route(self, name: str) -> Route:
         if name == DIRECT:
-            return Route(DIRECT, self.engine, None, self.engine_headers, self.engine_verify)
+            return Route(DIRECT, self.engine, None, _with_auth(self.engine_headers, self.engine_auth),
+                         self.engine_verify, query=self.engine_query)  # fmt: skip
         if not name.startswith("via:"):
             raise BadInput(self.source, f"unknown route {name!r} (routes: {', '.join(self.ladder())})")
         entry = self.hop(name[4:])
         index = self.hops.index(entry)
         inner = self.hops[index:]
         headers = _merge(self.engine_headers, *(h.headers for h in reversed(inner)))
+        query = _merge(self.engine_query, *(h.query for h in reversed(inner)))
         names = hops_of_route([h.name for h in self.hops], name)
         if not entry.forward:
-            return Route(name, entry.url or "", None, headers, entry.verify, names)
+            return Route(name, entry.url or "", None, _with_auth(headers, entry.url_auth), entry.verify, names, query)
         # A forward hop: the target is the first reverse hop further inward, else the engine.
         target = next((h for h in self.hops[index + 1 :] if not h.forward), None)
-        base, verify = (target.url or "", target.verify) if target else (self.engine, self.engine_verify)
-        return Route(name, base, entry.proxy, headers, verify, names)
+        if target is not None:
+            base, verify, auth = target.url or "", target.verify, target.url_auth
+        else:
+            base, verify, auth = self.engine, self.engine_verify, self.engine_auth
+        return Route(name, base, entry.proxy, _with_auth(headers, auth), verify, names, query)
 
     def routes(self, names: list[str] | None = None) -> list[Route]:
         return [self.route(n) for n in (names or self.ladder())]
@@ -173,13 +224,37 @@ def doc_ladder(chain_doc: Mapping[str, Any], routes: Sequence[str], where: str) 
     return [DIRECT] + [r for r in order[1:] if r in routes]
 
 
-def _merge(*groups: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    """Headers of several groups, later groups replacing earlier ones of the same name."""
+def _merge(*groups: Pairs) -> Pairs:
+    """Headers (or query parameters) of several groups, later groups replacing earlier ones of
+    the same name."""
     merged: dict[str, tuple[str, str]] = {}
     for group in groups:
         for name, value in group:
             merged[name.lower()] = (name, value)
     return tuple(merged.values())
+
+
+def _with_auth(headers: Pairs, auth: str | None) -> Pairs:
+    """`headers` and the Authorization a base URL's userinfo gives (parse_chain refused a route
+    with both, so neither replaces the other)."""
+    return headers + (("Authorization", auth),) if auth else headers
+
+
+def hide_userinfo(url: str) -> str:
+    """A URL as it may be shown: its userinfo, if any, becomes ***."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", r"\1***@", url)
+
+
+def _split_userinfo(url: str) -> tuple[str, str | None]:
+    """The URL without its userinfo, and the Basic authorization value that userinfo gives (as
+    httpx and aiohttp would send it: user and password percent-decoded)."""
+    parts = urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url, None
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode("utf-8")).decode("ascii")
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)), f"Basic {token}"
 
 
 def parse_chain(text: str, env: Mapping[str, str], where: str) -> Chain:
@@ -189,8 +264,9 @@ def parse_chain(text: str, env: Mapping[str, str], where: str) -> Chain:
     a key no table knows, a header a client cannot send (name not an HTTP token, given twice, or
     one the client sets itself; value with a line break, a control character, a non-ASCII
     character or surrounding whitespace, also once `${VAR}` is expanded, naming the variable; a
-    variable unset or empty), a URL without an http(s) scheme, a host or a valid port, a bad
-    `verify`, a bad or repeated hop name. Such a chain would otherwise fail every exchange at the
+    variable unset or empty), a bad `query` table, a URL without an http(s) scheme, a host or a
+    valid port, a bad `verify`, a bad or repeated hop name, userinfo in a URL whose route also
+    sends an Authorization header. Such a chain would otherwise fail every exchange at the
     client, and the failures would read as the engine's."""
     try:
         doc = tomllib.loads(text)
@@ -200,12 +276,13 @@ def parse_chain(text: str, env: Mapping[str, str], where: str) -> Chain:
     check.keys(doc, (), _TOP_KEYS, "")
     if "engine" not in doc:
         raise BadInput(where, 'no engine: give engine = "http://HOST:PORT", the inference engine\'s URL')
-    engine = check.url(doc["engine"], (), "engine", "engine", reverse=True)
+    engine, engine_auth = _split_userinfo(check.url(doc["engine"], (), "engine", "engine", reverse=True))
     options = doc.get("engine_options", {})
     if not isinstance(options, dict):
         check.fail((), ("engine_options",), "engine_options must be a table ([engine_options])")
     check.keys(options, ("engine_options",), _OPTION_KEYS, "engine_options")
     headers = check.headers(options.get("headers", {}), ("engine_options",), "engine_options")
+    query = check.query(options.get("query", {}), ("engine_options",), "engine_options")
     verify = check.verify(options.get("verify", True), ("engine_options",), "engine_options")
     raw_hops = doc.get("hop", [])
     if not isinstance(raw_hops, list):
@@ -216,15 +293,17 @@ def parse_chain(text: str, env: Mapping[str, str], where: str) -> Chain:
         if any(h.name == hop.name for h in hops):
             check.fail(("hop", index), ("name",), f"hop names must be unique: {hop.name} is given twice")
         hops.append(hop)
-    return Chain(engine, headers, verify, tuple(hops), where)
+    chain = Chain(engine, headers, verify, tuple(hops), where, query, engine_auth)
+    check.credentials_once(chain)
+    return chain
 
 
 # --------------------------------------------------------------------------------------------
 # Validation
 
 _TOP_KEYS = ("engine", "engine_options", "hop")
-_OPTION_KEYS = ("headers", "verify")
-_HOP_KEYS = ("name", "url", "proxy", "headers", "verify")
+_OPTION_KEYS = ("headers", "query", "verify")
+_HOP_KEYS = ("name", "url", "proxy", "headers", "query", "verify")
 _TOKEN = HEADER_NAME  # RFC 9110 5.6.2: a field name is a token
 # Headers the client sets for each connection and body (RFC 9110 7.6.1, and the framing of the
 # body): one given in the chain file would contradict the client's own and break every request
@@ -277,10 +356,74 @@ class _Checker:
         if ("url" in raw) == ("proxy" in raw):
             self.fail(table, (), f"{what}: give exactly one of url (a reverse hop) or proxy (a forward hop)")
         url = self.url(raw["url"], table, "url", f"{what}: url", reverse=True) if "url" in raw else None
+        url, url_auth = _split_userinfo(url) if url is not None else (None, None)
         proxy = self.url(raw["proxy"], table, "proxy", f"{what}: proxy", reverse=False) if "proxy" in raw else None
         headers = self.headers(raw.get("headers", {}), table, what)
+        query = self.query(raw.get("query", {}), table, what)
         verify = self.verify(raw.get("verify", True), table, what)
-        return Hop(name, url, proxy, headers, verify, line=self.lines.line_of(table, ("name",)))
+        return Hop(name, url, proxy, headers, verify, line=self.lines.line_of(table, ("name",)), query=query,
+                   url_auth=url_auth)  # fmt: skip
+
+    def query(self, value: Any, table: tuple[str | int, ...], what: str) -> Pairs:
+        """`query = { name = "value" }`: parameters whose recorded values a route replaces
+        (percent-encoded when sent, so any text goes; `${VAR}` expanded as in headers)."""
+        if not isinstance(value, dict):
+            self.fail(table, ("query",), f"{what}: query must be a table of name = value")
+        seen: set[str] = set()
+        out = []
+        for name, raw in value.items():
+
+            def bad(problem: str) -> NoReturn:
+                self.fail(table, ("query", name), f"{what}: {problem}")
+
+            if not name or any(not c.isprintable() for c in name):
+                bad(f"query parameter name {_quote(name)} is empty or has a control character in it")
+            if name.lower() in seen:
+                bad(f"query parameter {_quote(name)} is given twice (names are matched case-insensitively)")
+            if not isinstance(raw, str):
+                bad(f"query parameter {_quote(name)}: the value must be a string (in quotes)")
+            expanded, problem = self.expand(raw, header=False)
+            if problem:
+                bad(f"query parameter {_quote(name)}: {problem}")
+            seen.add(name.lower())
+            out.append((name, expanded))
+        return tuple(out)
+
+    def credentials_once(self, chain: Chain) -> None:
+        """Userinfo in a URL becomes that route's Authorization (Proxy-Authorization for a
+        proxy): refused where the route also sends that header from the file, since the clients
+        would silently let one replace the other."""
+        for name in chain.ladder():
+            route = chain.route(name)
+            sent = [n.lower() for n, _ in route.headers]
+            if sent.count("authorization") > 1:
+                self._refuse_userinfo(chain, route, "authorization")
+            if route.proxy and "@" in urlsplit(route.proxy).netloc and "proxy-authorization" in sent:
+                self._refuse_userinfo(chain, route, "proxy-authorization")
+
+    def _refuse_userinfo(self, chain: Chain, route: Route, header: str) -> NoReturn:
+        entry = chain.hop(route.name[4:]) if route.name != DIRECT else None
+        if header == "proxy-authorization":
+            assert entry is not None
+            table: tuple[str | int, ...] = ("hop", chain.hops.index(entry))
+            key, what = "proxy", f"hop {_quote(entry.name)}: proxy"
+        else:
+            owner = entry
+            if entry is not None and entry.forward:
+                index = chain.hops.index(entry)
+                owner = next((h for h in chain.hops[index + 1 :] if not h.forward), None)
+            if owner is None:
+                table, key, what = (), "engine", "engine"
+            else:
+                table, key, what = ("hop", chain.hops.index(owner)), "url", f"hop {_quote(owner.name)}: url"
+        givers = [("engine_options", chain.engine_headers)] + [
+            (f"hop {_quote(h.name)}", h.headers) for h in chain.hops if h.name in route.hops
+        ]
+        given = [who for who, headers in givers if any(n.lower() == header for n, _ in headers)]
+        shown = header.title() if header == "authorization" else "Proxy-Authorization"
+        self.fail(table, (key,), f"{what} has userinfo (user:password@) in it, and route {route.name} also sends the "
+                                 f"{shown} header from {', '.join(given)}: give one or the other (userinfo is "
+                                 f"sent as Basic {shown.lower()}, which would replace the header)")  # fmt: skip
 
     def url(self, value: Any, table: tuple[str | int, ...], key: str, what: str, *, reverse: bool) -> str:
         """An http(s) URL with a host and a valid port. `reverse`: requests go to it, with the
@@ -291,7 +434,7 @@ class _Checker:
 
         if not isinstance(value, str):
             bad("must be a URL string")
-        shown = _quote(_hide_password(value))
+        shown = _quote(hide_userinfo(value))
         if any(c.isspace() or not c.isprintable() for c in value):
             bad(f"has whitespace or a control character in it ({shown})")
         try:
@@ -345,8 +488,9 @@ class _Checker:
             bad(f"header {_quote(name)}: {problem}")
         return name, value
 
-    def expand(self, text: str) -> tuple[str, str | None]:
-        """`text` with `${VAR}` expanded, and what makes it an invalid header value, if anything.
+    def expand(self, text: str, *, header: bool = True) -> tuple[str, str | None]:
+        """`text` with `${VAR}` expanded, and what makes it an invalid header value (`header`;
+        else only an unset or empty variable is a problem), if anything.
 
         The value itself is never shown (it is usually a credential): the problem names the
         variable the offending character came from, else "the value" (as the file writes it)."""
@@ -367,6 +511,8 @@ class _Checker:
             at = match.end()
         pieces.append(text[at:])
         value = "".join(pieces)
+        if not header:
+            return value, None
 
         def source(position: int) -> str:
             for start, end, var in spans:
@@ -381,7 +527,7 @@ class _Checker:
         return value, None
 
     def verify(self, value: Any, table: tuple[str | int, ...], what: str) -> Verify:
-        if isinstance(value, bool) or (isinstance(value, str) and value):
+        if isinstance(value, bool) or (isinstance(value, str) and value and value.isprintable()):
             return value
         self.fail(table, ("verify",), f"{_prefix(what)}verify must be true, false or the path of a CA file")
 
@@ -404,11 +550,6 @@ def _token_problem(name: str) -> str:
         return "no spaces"
     bad = next(c for c in name if not _TOKEN.fullmatch(c))
     return f"{_quote(bad)} is not allowed; letters, digits and !#$%&'*+-.^_`|~ are"
-
-
-def _hide_password(url: str) -> str:
-    """A URL as it may be shown: a password in it becomes ***."""
-    return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
 
 
 def _toml_error(exc: tomllib.TOMLDecodeError, text: str, where: str) -> BadInput:

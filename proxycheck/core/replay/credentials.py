@@ -15,6 +15,10 @@ to a request that succeeded in the recording with a credential header the record
 the route does not send. The message then says it may be the credential; a real fault shows once the chain file
 supplies it.
 
+A recording may hold a credential in the query (`?key=...`, redacted like a header): the chain
+file supplies it with `query = { key = "${KEY}" }` (`Route.url_for` puts it in), and a refusal of a
+request whose query the recording redacted names that key.
+
 Pure: an observation, its planned turn and its route in; the problem, or None, out.
 """
 
@@ -52,6 +56,7 @@ class Refusal:
     redacted: tuple[str, ...]  # header/query names the recording redacted
     supplied: tuple[str, ...]  # header names the chain file gives that hop (or the engine)
     certain: bool = True  # a 401/403/407; else an error answer that may be the missing credential
+    supplied_query: tuple[str, ...] = ()  # query parameter names the chain file gives that hop
 
     def message(self) -> str:
         who = f"hop {self.hop}" if self.hop else "the engine"
@@ -66,26 +71,32 @@ class Refusal:
         return f"{said}; {self._what()}; {self._where()}"
 
     def _what(self) -> str:
-        if self.supplied:
-            names = ", ".join(self.supplied)
+        if self.supplied or self.supplied_query:
+            names = ", ".join([*self.supplied, *(f"query parameter {q}" for q in self.supplied_query)])
             return f"the chain file supplies {names} for it: check the value (it was refused)"
         headers = [r.partition(":")[2] for r in self.redacted if r.startswith("header:")]
         queries = [r.partition(":")[2] for r in self.redacted if r.startswith("query:")]
         if headers:
             return f"the recording redacted the header {', '.join(headers)}"
         if queries:
-            return f"the recording redacted the query parameter {', '.join(queries)} (supply it as the header the hop also accepts)"
+            return f"the recording redacted the query parameter {', '.join(queries)}"
         return "the recording shows no credential on this request (the client may have sent one the recorder does not know)"
 
     def _where(self) -> str:
         headers = [r.partition(":")[2] for r in self.redacted if r.startswith("header:")]
+        queries = [r.partition(":")[2] for r in self.redacted if r.startswith("query:")]
+        var = ((self.hop or "engine").upper().replace("-", "_").replace(".", "_")) + "_KEY"
+        if queries and not headers and self.status != 407 and not self.forward and not self.supplied:
+            line = f'query = {{ "{queries[0]}" = "${{{var}}}" }}'
+            return self._supply(line)
         if self.status == 407 or self.forward:
             name = "proxy-authorization"
         else:
             name = next((h for h in headers if h != "proxy-authorization"), None) or "authorization"
-        var = ((self.hop or "engine").upper().replace("-", "_").replace(".", "_")) + "_KEY"
         value = f"Bearer ${{{var}}}" if name in ("authorization", "proxy-authorization") else f"${{{var}}}"
-        line = f'headers = {{ "{name}" = "{value}" }}'
+        return self._supply(f'headers = {{ "{name}" = "{value}" }}')
+
+    def _supply(self, line: str) -> str:
         if self.hop is None:
             return f"supply it under [engine_options]: {line}"
         at = f" (line {self.hop_line})" if self.hop_line else ""
@@ -103,13 +114,17 @@ def refusal(obs: Observation, turn: PlannedTurn, route: Route, chain: Chain, *, 
     if not certain:
         sent = {name.lower() for name, _ in route.headers}
         dropped = [r.partition(":")[2] for r in turn.redacted if r.startswith("header:")]
+        put_in = {name.lower() for name, _ in route.query}
+        unsupplied = [r.partition(":")[2] for r in turn.redacted if r.startswith("query:")]
+        missing = [n for n in dropped if n not in sent] + [n for n in unsupplied if n not in put_in]
         # Engines answer a missing key with 401 (vLLM, SGLang): the doubt is a gateway's.
-        if not first or not route.hops or not [name for name in dropped if name not in sent]:
+        if not first or not route.hops or not missing:
             return None
     entry = route.hops[0] if route.hops and route.name != DIRECT else None
     hop = chain.hop(entry) if entry is not None else None
     own = hop.headers if hop is not None else chain.engine_headers  # what the refusing side is given
     supplied = tuple(sorted({name.lower() for name, _ in own}))
+    own_query = hop.query if hop is not None else chain.engine_query
     return Refusal(
         route=route.name,
         status=obs.status,
@@ -123,6 +138,7 @@ def refusal(obs: Observation, turn: PlannedTurn, route: Route, chain: Chain, *, 
         redacted=turn.redacted,
         supplied=supplied,
         certain=certain,
+        supplied_query=tuple(sorted({name.lower() for name, _ in own_query})),
     )
 
 

@@ -6,7 +6,7 @@ needs no network and no clock:
 * **Sessions and turns** (`plan_sessions`). Each session of a recording becomes a
   `PlannedSession`: its recorded start (offset from the recording's first request) and its turns,
   in order. A `PlannedTurn` holds the request to send (method, recorded URL, HTTP version, the
-  headers left once hop-by-hop, redacted and proxycheck's own headers are dropped, the exact body
+  headers left once hop-by-hop, redacted, forwarding and proxycheck's own headers are dropped, the exact body
   bytes), the think time before it, whether it opens a new connection or reuses the session's
   current one, and what the recording saw (`RecordedOutcome`: outcome, time to headers, TTFT,
   duration, gaps between content events, the parsed reply) for the differ to compare against.
@@ -72,13 +72,36 @@ HOP_BY_HOP = frozenset(
 # proxycheck's own headers (`x-proxycheck-replay: RUN_ID`, ...): a replay adds its own, and a
 # recorded one would make the recorder skip the request as a replay of itself.
 PROXYCHECK_PREFIX = "x-proxycheck-"
+# Headers a hop adds about the client and the hops it came through: they belong to the recorded
+# path, not to the request, and a route's hops can route, authorize or rate-limit on them (a
+# recorded client address, a recorded `https` proto) or see a forwarding loop in a recorded Via.
+# Not replayed as recorded: each hop of the route adds its own. The plan lists those it left out.
+FORWARDING = frozenset(
+    {
+        "forwarded",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+        "x-forwarded-port",
+        "x-forwarded-server",
+        "x-forwarded-prefix",
+        "x-original-forwarded-for",
+        "x-real-ip",
+        "x-client-ip",
+        "x-cluster-client-ip",
+        "true-client-ip",
+        "cf-connecting-ip",
+        "via",
+    }
+)
 
 
 def replay_headers(headers: Headers) -> tuple[tuple[str, str], ...]:
     """The recorded request headers an exact replay sends, in recorded order.
 
     Dropped: hop-by-hop headers (`HOP_BY_HOP` and every header a Connection header names),
-    headers whose value was redacted (the route supplies its own credentials), recorded
+    headers whose value was redacted (the route supplies its own credentials), the forwarding
+    headers a recorded hop added (`FORWARDING`: `forwarding_left_out` names them), recorded
     `x-proxycheck-*` headers, and HTTP/2 pseudo-headers (`:authority` ...: some imports list
     them, and the client derives them from the URL)."""
     named: set[str] = set()
@@ -88,12 +111,17 @@ def replay_headers(headers: Headers) -> tuple[tuple[str, str], ...]:
     out: list[tuple[str, str]] = []
     for name, value in headers:
         low = name.lower()
-        if isinstance(value, Redacted) or low in HOP_BY_HOP or low in named:
+        if isinstance(value, Redacted) or low in HOP_BY_HOP or low in named or low in FORWARDING:
             continue
         if low.startswith(PROXYCHECK_PREFIX) or low.startswith(":"):
             continue
         out.append((name, value))
     return tuple(out)
+
+
+def forwarding_left_out(headers: Headers) -> tuple[str, ...]:
+    """The recorded forwarding headers (`FORWARDING`) a replay leaves out, lower case, once each."""
+    return tuple(dict.fromkeys(name.lower() for name, _ in headers if name.lower() in FORWARDING))
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,7 +161,8 @@ class PlannedTurn:
     first turn, or when the previous one never ended). `new_connection` says to open a fresh
     connection for this turn instead of reusing the session's current one. `redacted` lists what
     the recorder removed (`header:authorization`, `body:...`), so the replayer can say which
-    credentials the chain file must supply.
+    credentials the chain file must supply; `left_out` the recorded forwarding headers not sent
+    (`x-forwarded-for`, ...: they belong to the recorded hops).
 
     A turn the client retried is planned once per attempt, each with the same `turn`: `attempt`
     of `attempts`. A retry's `think_time` is None and its `backoff` is the recorded gap between
@@ -158,6 +187,7 @@ class PlannedTurn:
     attempt: int = 1
     attempts: int = 1
     backoff: float | None = None
+    left_out: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +286,7 @@ def _plan_turn(
         attempt=ts.attempt,
         attempts=ts.attempts,
         backoff=wait if retry else None,
+        left_out=forwarding_left_out(ex.request_headers),
     )
 
 

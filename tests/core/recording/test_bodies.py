@@ -149,3 +149,60 @@ def test_prefix_digests_identify_prefixes() -> None:
     b = bodies.prefix_digests(["x", "y", "w"])
     assert len(a) == 4 and a[:3] == b[:3] and a[3] != b[3]
     assert len(set(a)) == 4
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        b'{"messages": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}",
+        b'{"model": "m", "tools": ' + b"{\"a\":" * 3000 + b"1" + b"}" * 3000 + b"}",
+    ],
+    ids=["prompt", "message", "tools"],
+)
+def test_a_body_nested_deeper_than_the_parser_goes_is_kept_whole(raw: bytes) -> None:
+    split = bodies.split_body(raw)  # no RecursionError: a client may send anything
+    assert split.body.kind == "bytes" and bodies.join_body(split.body, split.pieces.__getitem__) == raw
+
+
+def test_a_damaged_body_record_is_refused_not_followed() -> None:
+    raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    good = bodies.encode_body(bodies.split_body(raw).body)
+
+    def no_history(xid: int) -> None:
+        return None
+
+    for damaged in (
+        {**good, "parts": "text"},
+        {**good, "parts": [*good["parts"], {"p": "../../etc/passwd"}]},
+        {**good, "history": {"add": ["not-an-id"]}},
+        {**good, "history": {"base": True, "keep": 1, "add": []}},
+        {**good, "history": {"base": 1, "keep": -1, "add": []}},
+        {**good, "fields": {"model": ["nested"]}},
+        {**good, "fields": {"model": "\udcff"}},
+        {**good, "named": {"prompt": "0" * 32}},  # a piece that is not one of the body's
+        {**good, "sha256": 7},
+        {**good, "size": 1e300},
+    ):
+        with pytest.raises(ValueError):
+            bodies.decode_body(damaged, no_history)
+
+
+def test_unrebuildable_says_what_is_missing_or_does_not_hash() -> None:
+    raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    split = bodies.split_body(raw)
+
+    def blocks(pid: str) -> list[bytes]:
+        if pid not in split.pieces:
+            raise bodies.MissingPiece(pid)
+        return [split.pieces[pid]]
+
+    assert bodies.unrebuildable(split.body, blocks) is None
+
+    def none(pid: str) -> list[bytes]:
+        raise bodies.MissingPiece(pid, " (gone)")
+
+    (pid,) = split.body.messages or ()
+    assert bodies.unrebuildable(split.body, none) == f"piece {pid} is missing (gone)"
+    changed = bodies.Body(split.body.kind, split.body.size, "0" * 64, split.body.parts, split.body.messages)
+    assert "does not match its recorded SHA-256" in (bodies.unrebuildable(changed, blocks) or "")

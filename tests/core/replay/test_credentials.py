@@ -114,8 +114,29 @@ def test_a_gateway_erring_before_anything_succeeded_may_be_refusing_for_the_reda
         (True, "direct", ("header:authorization",)),  # engines refuse with 401
         (True, "via:gw", ("header:x-api-key",)),  # the route sends that header already
         (True, "via:edge", ()),  # nothing was redacted
-        (True, "via:edge", ("query:key",)),  # not a header a route could be missing
     ],
 )
 def test_an_error_answer_is_a_failure_when_a_missing_key_cannot_explain_it(chain, first: bool, route: str, redacted: tuple[str, ...]) -> None:
     assert refusal(obs(500), turn(redacted=redacted), chain.route(route), chain, first=first) is None
+
+
+QUERY_CHAIN = CHAIN.replace('url = "http://127.0.0.1:4000"\n', 'url = "http://127.0.0.1:4000"\nquery = { key = "${GW_KEY}" }\n')
+
+
+def test_a_refused_request_whose_query_key_was_redacted_asks_for_it_as_a_query_parameter(chain) -> None:
+    text = refusal(obs(401), turn(redacted=("query:key",)), chain.route("via:edge"), chain).message()
+    assert "the recording redacted the query parameter key" in text
+    assert 'on [[hop]] name = "edge" (line 8): query = { "key" = "${EDGE_KEY}" }' in text
+
+
+def test_a_query_key_the_chain_supplies_is_named_when_it_is_refused() -> None:
+    chain = parse_chain(QUERY_CHAIN, {"GW_KEY": "k"}, "chain.toml")
+    text = refusal(obs(403), turn(redacted=("query:key",)), chain.route("via:gw"), chain).message()
+    assert "the chain file supplies x-api-key, query parameter key for it: check the value" in text
+
+
+def test_a_gateway_erring_first_may_want_the_redacted_query_key_unless_the_route_supplies_it(chain) -> None:
+    found = refusal(obs(500), turn(redacted=("query:key",)), chain.route("via:edge"), chain, first=True)
+    assert found is not None and not found.certain
+    supplied = parse_chain(QUERY_CHAIN, {"GW_KEY": "k"}, "chain.toml")
+    assert refusal(obs(500), turn(redacted=("query:key",)), supplied.route("via:edge"), supplied, first=True) is None
