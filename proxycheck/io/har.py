@@ -49,7 +49,7 @@ from proxycheck import __version__
 from proxycheck.core.errors import BadInput
 from proxycheck.core.protocol import dialects
 from proxycheck.core.recording.capture import header_text
-from proxycheck.core.recording.journal import MAX_WALL, RecordedExchange
+from proxycheck.core.recording.journal import MAX_WALL, NOT_RECORDED_PREFIX, RecordedExchange
 from proxycheck.core.recording.redact import REDACTED, REDACTED_TEXT, HeaderValue, RedactionPolicy
 from proxycheck.core.replay.marker import REPLAY_HEADER
 from proxycheck.io.outputs import check_outputs, write_file
@@ -100,6 +100,8 @@ class Imported:
     # The exchange number in the recording a proxycheck export came from: written in that order,
     # the import numbers its exchanges the same way.
     xid: int | None = None
+    # Why the recording it was copied from did not record it to the end (None: it did, or it ended).
+    not_recorded: str | None = None
 
     def is_llm(self) -> bool:
         headers = {n.lower(): v for n, v in self.headers}
@@ -194,6 +196,9 @@ def _write_one(writer: RecordingWriter, x: Imported) -> None:
         writer.end(xid, t=x.t_end)
     else:
         writer.flush()  # in flight: its bytes so far are kept, and close() marks it interrupted
+        if x.not_recorded is not None:  # ... unless it was never recorded to its end: then no wedge
+            last = x.chunks[-1][0] if x.chunks else (r.t if r is not None else x.t_request)
+            writer.copied_not_recorded(xid, last, x.not_recorded.removeprefix(NOT_RECORDED_PREFIX))
 
 
 def check_out_directory(out: str | os.PathLike[str]) -> None:
@@ -389,6 +394,9 @@ def _fill_exact(x: Imported, entry: dict[str, Any], exact: Mapping[str, Any]) ->
         body = _content(response.get("content"), x.where, [])
         x.chunks = _exact_chunks(entry.get("_proxycheck_chunks"), body, exact)
         x.chunk_timing = entry.get("_proxycheck_chunk_timing") is not False
+    not_recorded = entry.get("_proxycheck_not_recorded")
+    if isinstance(not_recorded, str) and not_recorded:
+        x.not_recorded = header_text(not_recorded)
     if exact.get("error") is not None:
         x.error = header_text(str(response.get("_error") or entry.get("_error") or "error"))
         x.t_error = _float(exact["error"])
@@ -641,6 +649,8 @@ def _har_entry(recording: Any, x: RecordedExchange, started_at: float) -> dict[s
         entry["_proxycheck_redacted"] = list(x.redacted)
     if x.in_flight:
         entry["_proxycheck_inflight"] = True
+        if x.not_recorded is not None:  # no wedge: the recording stops short of its end
+            entry["_proxycheck_not_recorded"] = x.not_recorded
     return entry
 
 

@@ -261,6 +261,21 @@ class RecordingWriter:
                 self._flush_exchange(xid)
             self._last_flush = self._clock()
 
+    def copied_not_recorded(self, xid: int, t: float, detail: str) -> None:
+        """Note in recording.json that exchange `xid`, copied from a recording that had not
+        recorded it to the end (a subset, an import of an export), is not recorded to the end here
+        either, for `detail`: without the note it would load as a wedge."""
+        with self._lock:
+            self._refuse_if_failed()
+            entry = fmt.write_failure_entry(t, "copied", (xid,), detail)
+            earlier = self.meta.get(fmt.WRITE_FAILURES)
+            meta = {**self.meta, fmt.WRITE_FAILURES: [*(earlier if isinstance(earlier, list) else ()), entry]}
+            try:
+                _replace_file(self.directory / fmt.META_FILE, _metadata_bytes(meta))
+            except OSError as exc:
+                raise self._failed(self.directory / fmt.META_FILE, exc) from exc
+            self.meta = meta
+
     def close(self, reason: str = "closed") -> None:
         """Flush, mark exchanges still in flight as interrupted, and close the journal (after a
         failed write nothing more is written: recording.json already says what is missing)."""

@@ -3,7 +3,7 @@
 `subset_recording` makes it in memory (a `Recording` of the chosen exchanges, their replaced
 bodies' pieces beside the original's): `minimize` plans each candidate from it without touching
 the disk. It holds what loading the written subset would (times to the microsecond, an exchange
-in flight marked interrupted, as a closed journal marks it).
+in flight marked interrupted, as a closed journal marks it; one not recorded to the end stays so).
 
 `write_subset` journals the chosen exchanges of a loaded recording into a new recording
 directory, byte for byte (request bodies rebuilt from their pieces, responses with their chunk
@@ -59,6 +59,8 @@ def _shifted(x: RecordedExchange, dt: float, body: bytes | None, pieces: dict[st
     def at(t: float | None) -> float | None:
         return None if t is None else round(t + dt, 6)
 
+    # Unfinished, the written subset's close record marks it interrupted; one not recorded to the
+    # end stays so (the writer notes it in recording.json), so the subset shows no wedge either.
     changes: dict[str, object] = {"t_request": at(x.t_request), "interrupted": x.interrupted or not x.finished}
     if body is not None:
         split = split_body(redact_body(body, RedactionPolicy.default())[0])
@@ -145,6 +147,7 @@ def _imported(recording: Recording, x: RecordedExchange, body: bytes | None, dt:
         error=x.error,
         t_error=at(x.t_error),
         xid=x.xid,
+        not_recorded=x.not_recorded,
     )
 
 

@@ -1,7 +1,8 @@
 """A journal line that cannot be read never makes a wedge: an exchange left without its end by a
 damaged line that may have held that end is "not recorded to the end", naming the line; a real
 wedge (no end, no damaged line after its last record) stays in flight, and so does an exchange the
-recorder's close record listed as in flight."""
+recorder's close record listed as in flight. A recording made of part of another (what minimize
+writes) keeps "not recorded to the end"."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ from pathlib import Path
 import pytest
 from cli_runner import main_output
 
+from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.recording import journal as fmt
+from proxycheck.core.recording.summary import analyze
+from proxycheck.io.storage import load
+from proxycheck.io.subset import subset_recording, write_subset
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "replays" / "example-agent"
 
@@ -88,3 +93,37 @@ def test_a_real_wedge_stays_in_flight(rec: Path, capsys: pytest.CaptureFixture[s
     by_turn = turns(capsys, rec)
     assert by_turn[("s1", 4)]["outcome"] == "in_flight"
     assert by_turn[("s2", 1)]["outcome"] == "not_recorded"
+
+
+@pytest.mark.parametrize("cause", ["write_failure", "damaged_line"])
+def test_a_subset_keeps_not_recorded_to_the_end(rec: Path, tmp_path: Path, cause: str) -> None:
+    # What minimize writes: the chosen exchanges, as an ordinary recording. Exchange 4 must not
+    # come out of it as a wedge the original never showed.
+    if cause == "write_failure":
+        meta = json.loads((rec / fmt.META_FILE).read_text())
+        meta[fmt.WRITE_FAILURES] = [fmt.write_failure_entry(3.5, "No space left on device", [4])]
+        (rec / fmt.META_FILE).write_text(json.dumps(meta))
+    else:
+        last = number_of(rec, "data", 4)
+        rewrite(rec, {number_of(rec, "close", None): None, last: lines(rec)[last - 1][:30]})
+    original = load(rec)
+    why = next(x for x in original.exchanges if x.xid == 4).not_recorded
+    assert why is not None and why.startswith(fmt.NOT_RECORDED_PREFIX)
+    in_memory = subset_recording(original, [1, 2, 3, 4])
+    assert [x.not_recorded for x in in_memory.exchanges if x.xid == 4] == [why]
+    write_subset(original, [1, 2, 3, 4], tmp_path / "subset")
+    copied = load(tmp_path / "subset")
+    assert [(x.xid, x.not_recorded) for x in copied.exchanges if not x.finished] == [(4, why)]
+    assert [analyze(x).classified.outcome for x in copied.exchanges] == [Outcome.OK] * 3 + [Outcome.NOT_RECORDED]
+
+
+def test_an_export_and_its_import_keep_not_recorded_to_the_end(
+    rec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    meta = json.loads((rec / fmt.META_FILE).read_text())
+    meta[fmt.WRITE_FAILURES] = [fmt.write_failure_entry(3.5, "No space left on device", [4])]
+    (rec / fmt.META_FILE).write_text(json.dumps(meta))
+    har = tmp_path / "rec.har"
+    assert main_output(capsys, "export", "--har", str(har), str(rec))[0] == 0
+    assert main_output(capsys, "import", "--out", str(tmp_path / "back"), str(har))[0] == 0
+    assert turns(capsys, tmp_path / "back")[("s1", 4)]["outcome"] == "not_recorded"

@@ -48,7 +48,9 @@ from proxycheck.io.storage import load
 
 REPO = Path(__file__).resolve().parents[2]
 THINK = 0.3
-THINK_ERROR = 0.02  # p99 of |replayed - recorded| think time
+# p99 of |replayed - recorded| think time: whether the think time is kept (not skipped, not doubled),
+# with room for a loaded machine; how close it is kept is measured by benchmarks/bench_replayer.py.
+THINK_ERROR = THINK / 3
 STALL = 1.0  # --stall-timeout of the fault tests
 
 pytestmark = pytest.mark.timeout(90)

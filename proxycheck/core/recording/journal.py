@@ -207,12 +207,18 @@ def close_record(t: float, reason: str, inflight: Iterable[int]) -> dict[str, An
 
 # recording.json's list of the times the writer could no longer write (see the module docstring).
 WRITE_FAILURES = "write_failures"
+NOT_RECORDED_PREFIX = "not recorded to the end: "  # how RecordedExchange.not_recorded begins
 
 
-def write_failure_entry(t: float, message: str, incomplete: Iterable[int]) -> dict[str, Any]:
+def write_failure_entry(t: float, message: str, incomplete: Iterable[int], detail: str | None = None) -> dict[str, Any]:
     """One entry of `write_failures`: from when, why (the system's words), and the exchanges
-    that were in flight then, whose records from then on are missing."""
-    return {"t": round(t, 6), "message": message, "incomplete": sorted(incomplete)}
+    that were in flight then, whose records from then on are missing. `detail`, when given, is
+    said instead (an exchange copied from a recording that had not recorded it to the end says
+    why there)."""
+    entry: dict[str, Any] = {"t": round(t, 6), "message": message, "incomplete": sorted(incomplete)}
+    if detail is not None:
+        entry["detail"] = detail
+    return entry
 
 
 # --------------------------------------------------------------------------------------------
@@ -557,16 +563,17 @@ class RecordingBuilder:
                 t = _float(entry, "t")
                 incomplete = [x for x in entry["incomplete"] if isinstance(x, int) and not isinstance(x, bool)]
                 message = str(entry.get("message") or "write failed")
+                detail = entry.get("detail")
             except (ValueError, TypeError, KeyError, AttributeError):
                 self.warnings.append(RecordingWarning(where, f"bad {WRITE_FAILURES} entry; skipped"))
                 continue
-            why = f"the recorder could not write from {t:.2f} s on ({message})"
+            why = detail if is_text(detail) else f"the recorder could not write from {t:.2f} s on ({message})"
             marked = 0
             for xid in incomplete:
                 b = self._exchanges.get(xid)
                 if b is None or b.fields.get("t_end") is not None or b.fields.get("error") is not None:
                     continue
-                b.fields["not_recorded"] = f"not recorded to the end: {why}"
+                b.fields["not_recorded"] = NOT_RECORDED_PREFIX + why
                 self._changed.add(xid)
                 marked += 1
             self.warnings.append(RecordingWarning(where, f"{why}: {marked} exchange(s) not recorded to the end, "
@@ -617,8 +624,7 @@ class RecordingBuilder:
         unfinished = fields.get("t_end") is None and fields.get("error") is None
         # The recorder's close record listing it in flight says the lost line was not its end.
         if lost is not None and unfinished and not fields.get("interrupted") and not fields.get("not_recorded"):
-            fields = {**fields, "not_recorded": f"not recorded to the end: {lost} is damaged and may have held "
-                                               "the rest of it"}  # fmt: skip
+            fields = {**fields, "not_recorded": f"{NOT_RECORDED_PREFIX}{lost} is damaged and may have held the rest of it"}
         return _built(b, fields)
 
 

@@ -274,19 +274,28 @@ def redact_query(query: str, policy: RedactionPolicy) -> tuple[str, list[str]]:
 # JSON bodies
 
 Path = tuple[str | int, ...]
+# application/x-www-form-urlencoded: name=value pairs joined by `&`, nothing else (no spaces, no
+# line breaks), so that prose or a binary body is never taken for one.
+_FORM_NAME = rb"[A-Za-z0-9._~%+\-\[\]]+"
+_FORM = re.compile(_FORM_NAME + rb"=[^&\s]*(?:&" + _FORM_NAME + rb"(?:=[^&\s]*)?)*")
 
 
 def redact_body(body: bytes, policy: RedactionPolicy) -> tuple[bytes, list[str]]:
     """A JSON request body with its secret values replaced, and the dotted paths replaced.
 
     Bodies without a secret are kept byte for byte (replays send recorded bodies exactly); one
-    with secrets keeps every other byte too. Not JSON: nothing to redact."""
+    with secrets keeps every other byte too. A form-encoded body (`grant_type=..&client_secret=..`,
+    an OAuth token request recorded under a filter) is redacted as a query is, by name. Other
+    bodies that are not JSON: nothing to redact."""
     if not policy.enabled or not (policy.body_paths or policy.by_name):
         return body, []
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        return body, []  # not JSON: there are no fields to redact
+        if _FORM.fullmatch(body):
+            form, removed = redact_query(body.decode("ascii"), policy)
+            return form.encode("ascii"), [f"body:{r.partition(':')[2]}" for r in removed]
+        return body, []  # neither JSON nor a form: there are no fields to redact
     except RecursionError:
         # Valid JSON nested too deep to walk: a secret could hide in it, so nothing of the body is kept.
         return TOO_DEEP.encode(), ["body:*"]

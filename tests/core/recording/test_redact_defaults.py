@@ -281,3 +281,14 @@ def test_in_place_body_redaction_matches_the_rule_for_any_document(doc: dict, in
     new, removed = redact_body(raw, POLICY)
     assert json.loads(new) == _expected(doc)
     assert (new == raw) == (not removed)
+
+
+def test_a_form_encoded_body_loses_its_secrets_and_keeps_every_other_byte() -> None:
+    body = b"grant_type=password&username=ann&password=hunter%202&client_secret=s3cr3t&scope=a+b%2Fc&max_tokens=9"
+    redacted, removed = redact_body(body, RedactionPolicy.default())
+    assert redacted == (b"grant_type=password&username=ann&password=[redacted]&client_secret=[redacted]"
+                        b"&scope=a+b%2Fc&max_tokens=9")  # fmt: skip
+    assert removed == ["body:password", "body:client_secret"]
+    # Prose with an "=" in it is no form: nothing is touched.
+    for text in (b"password = hunter2", b"key=1\nsecond line", "clé=ß".encode()):
+        assert redact_body(text, RedactionPolicy.default()) == (text, [])
