@@ -49,7 +49,7 @@ from proxycheck import __version__
 from proxycheck.core.errors import BadInput
 from proxycheck.core.protocol import dialects
 from proxycheck.core.recording.capture import header_text
-from proxycheck.core.recording.journal import MAX_WALL, NOT_RECORDED_PREFIX, RecordedExchange
+from proxycheck.core.recording.journal import MAX_WALL, NOT_RECORDED_PREFIX, RecordedExchange, what_is_not_recorded
 from proxycheck.core.recording.redact import REDACTED, REDACTED_TEXT, HeaderValue, RedactionPolicy
 from proxycheck.core.replay.marker import REPLAY_HEADER
 from proxycheck.io.outputs import check_outputs, write_file
@@ -100,7 +100,8 @@ class Imported:
     # The exchange number in the recording a proxycheck export came from: written in that order,
     # the import numbers its exchanges the same way.
     xid: int | None = None
-    # Why the recording it was copied from did not record it to the end (None: it did, or it ended).
+    # Why the recording it was copied from lacks part of it (a full disk, a damaged line), without
+    # NOT_RECORDED_PREFIX; None when it was recorded whole. The copy says so too (no invented wedge).
     not_recorded: str | None = None
 
     def is_llm(self) -> bool:
@@ -196,9 +197,9 @@ def _write_one(writer: RecordingWriter, x: Imported) -> None:
         writer.end(xid, t=x.t_end)
     else:
         writer.flush()  # in flight: its bytes so far are kept, and close() marks it interrupted
-        if x.not_recorded is not None:  # ... unless it was never recorded to its end: then no wedge
-            last = x.chunks[-1][0] if x.chunks else (r.t if r is not None else x.t_request)
-            writer.copied_not_recorded(xid, last, x.not_recorded.removeprefix(NOT_RECORDED_PREFIX))
+    if x.not_recorded is not None:  # the original lacked part of it: no wedge, no cut made of that
+        last = x.chunks[-1][0] if x.chunks else (r.t if r is not None else x.t_request)
+        writer.copied_not_recorded(xid, last, x.not_recorded)
 
 
 def check_out_directory(out: str | os.PathLike[str]) -> None:
@@ -396,7 +397,7 @@ def _fill_exact(x: Imported, entry: dict[str, Any], exact: Mapping[str, Any]) ->
         x.chunk_timing = entry.get("_proxycheck_chunk_timing") is not False
     not_recorded = entry.get("_proxycheck_not_recorded")
     if isinstance(not_recorded, str) and not_recorded:
-        x.not_recorded = header_text(not_recorded)
+        x.not_recorded = header_text(not_recorded).removeprefix(NOT_RECORDED_PREFIX)
     if exact.get("error") is not None:
         x.error = header_text(str(response.get("_error") or entry.get("_error") or "error"))
         x.t_error = _float(exact["error"])
@@ -649,8 +650,8 @@ def _har_entry(recording: Any, x: RecordedExchange, started_at: float) -> dict[s
         entry["_proxycheck_redacted"] = list(x.redacted)
     if x.in_flight:
         entry["_proxycheck_inflight"] = True
-        if x.not_recorded is not None:  # no wedge: the recording stops short of its end
-            entry["_proxycheck_not_recorded"] = x.not_recorded
+    if (lacking := what_is_not_recorded(x)) is not None:  # no wedge: the recording lacks part of it
+        entry["_proxycheck_not_recorded"] = lacking
     return entry
 
 

@@ -18,7 +18,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 from proxycheck.core.errors import BadInput
 from proxycheck.core.recording.journal import MAX_LINE, RecordingWarning
@@ -71,11 +71,18 @@ def open_append(path: Path, mode: int = FILE_MODE) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
 
 
-def read_records(path: Path, warnings: list[RecordingWarning], max_line: int = MAX_LINE) -> Iterator[tuple[str, Any]]:
+def read_records(
+    path: Path,
+    warnings: list[RecordingWarning],
+    max_line: int = MAX_LINE,
+    on_damaged: Callable[[str, bytes], None] | None = None,
+) -> Iterator[tuple[str, Any]]:
     """(where, record) for each readable line of `path`, `where` being `file:line`.
 
     A missing file has no records. A file that exists but cannot be opened is BadInput. Damaged
-    lines are skipped and described in `warnings`; blank lines are skipped silently."""
+    lines are skipped and described in `warnings`, and handed to `on_damaged` (where, the line's
+    first bytes) for a reader that must know what a lost line may have held; blank lines are
+    skipped silently."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:
@@ -94,15 +101,20 @@ def read_records(path: Path, warnings: list[RecordingWarning], max_line: int = M
             if len(line) > max_line and not line.endswith(b"\n"):
                 _skip_rest_of_line(f)
                 warnings.append(RecordingWarning(where, f"line longer than {max_line >> 20} MiB; skipped"))
+                if on_damaged is not None:
+                    on_damaged(where, line[:DAMAGED_HEAD])
                 continue
             if not line.strip():
                 continue
             rec = _parse_line(line, where, warnings)
             if rec is not _DAMAGED:
                 yield where, rec
+            elif on_damaged is not None:
+                on_damaged(where, line[:DAMAGED_HEAD])
 
 
 _DAMAGED = object()
+DAMAGED_HEAD = 4096  # bytes of a damaged line handed on: enough for the fields a record begins with
 
 
 def _parse_line(line: bytes, where: str, warnings: list[RecordingWarning]) -> Any:

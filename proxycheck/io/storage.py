@@ -497,7 +497,7 @@ def load(directory: str | os.PathLike[str]) -> Recording:
         meta, upgrade_record = fmt.upgrade(meta)
     except BadInput as exc:
         raise BadInput(str(meta_path), exc.message) from None
-    for where, rec in _journal_records(journal, builder.warnings):
+    for where, rec in read_records(journal, builder.warnings, fmt.MAX_LINE, builder.lost_line):
         rec = upgrade_record(rec)
         if rec is not None:
             builder.add(rec, where)

@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Iterable, Mapping
 
 from proxycheck.core.recording.bodies import split_body
-from proxycheck.core.recording.journal import DATA_RECORD_MAX, RecordedExchange
+from proxycheck.core.recording.journal import DATA_RECORD_MAX, RecordedExchange, what_is_not_recorded
 from proxycheck.core.recording.redact import REDACTED_TEXT, Redacted, RedactionPolicy, redact_body
 from proxycheck.io.har import Imported, ImportedResponse, ImportResult, write_recording
 from proxycheck.io.storage import Recording
@@ -147,7 +147,7 @@ def _imported(recording: Recording, x: RecordedExchange, body: bytes | None, dt:
         error=x.error,
         t_error=at(x.t_error),
         xid=x.xid,
-        not_recorded=x.not_recorded,
+        not_recorded=what_is_not_recorded(x),
     )
 
 

@@ -15,6 +15,7 @@ from cli_runner import main_output
 
 from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.recording import journal as fmt
+from proxycheck.core.recording.journal import what_is_not_recorded
 from proxycheck.core.recording.summary import analyze
 from proxycheck.io.storage import load
 from proxycheck.io.subset import subset_recording, write_subset
@@ -65,6 +66,38 @@ def test_a_damaged_end_line_is_not_a_wedge(rec: Path, capsys: pytest.CaptureFixt
     assert [t["outcome"] for k, t in sorted(by_turn.items()) if k != ("s1", 2)] == ["ok", "ok", "in_flight", "ok", "ok"]
 
 
+def test_a_damaged_data_line_makes_no_cut(rec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Exchange 1's only data line holds a NaN: loaded without it, the exchange ends with no event,
+    # which reads as a cut. What it lacks is the line, not the traffic.
+    data = number_of(rec, "data", 1)
+    rewrite(rec, {data: lines(rec)[data - 1].replace(b'"c":[[', b'"c":[[NaN,', 1)})
+    by_turn = turns(capsys, rec)
+    assert by_turn[("s1", 1)]["outcome"] == "not_recorded"
+    assert f"{rec / fmt.JOURNAL_FILE}:{data} is damaged" in by_turn[("s1", 1)]["detail"]
+    assert "truncated" in by_turn[("s1", 1)]["detail"]  # what it looked like, said
+    # The line's kind and exchange are still readable: no other exchange is touched.
+    assert [t["outcome"] for k, t in sorted(by_turn.items()) if k != ("s1", 1)] == ["ok", "ok", "in_flight", "ok", "ok"]
+    # And a copy of it (an export, imported again) shows no cut either.
+    har = tmp_path / "rec.har"
+    assert main_output(capsys, "export", "--har", str(har), str(rec))[0] == 0
+    assert main_output(capsys, "import", "--out", str(tmp_path / "back"), str(har))[0] == 0
+    assert turns(capsys, tmp_path / "back")[("s1", 1)]["outcome"] == "not_recorded"
+
+
+def test_a_line_whose_exchange_cannot_be_read_spares_what_ended_well(
+    rec: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Garbage from its first byte: any exchange in flight then may have lost a record to it. Those
+    # that later ended well stay ok; a failure among them would not be trusted.
+    # Exchange 5's end line: exchanges 4 and 5 are in flight there.
+    end = number_of(rec, "end", 5)
+    rewrite(rec, {end: b"\x00\x01garbage\n", number_of(rec, "close", None): None})
+    by_turn = turns(capsys, rec)
+    assert by_turn[("s2", 1)]["outcome"] == "not_recorded"  # in flight at that line, nothing of it after
+    assert by_turn[("s1", 4)]["outcome"] == "in_flight"  # a later record of it: the line was not its end
+    assert [by_turn[k]["outcome"] for k in (("s1", 1), ("s1", 2), ("s1", 3), ("s2", 2))] == ["ok"] * 4
+
+
 def test_a_bad_end_record_loses_only_its_own_exchange(rec: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # JSON that parses but does not fit: the exchange it names is known, the others keep their outcome.
     close = number_of(rec, "close", None)
@@ -107,13 +140,13 @@ def test_a_subset_keeps_not_recorded_to_the_end(rec: Path, tmp_path: Path, cause
         last = number_of(rec, "data", 4)
         rewrite(rec, {number_of(rec, "close", None): None, last: lines(rec)[last - 1][:30]})
     original = load(rec)
-    why = next(x for x in original.exchanges if x.xid == 4).not_recorded
-    assert why is not None and why.startswith(fmt.NOT_RECORDED_PREFIX)
+    why = what_is_not_recorded(next(x for x in original.exchanges if x.xid == 4))
+    assert why is not None
     in_memory = subset_recording(original, [1, 2, 3, 4])
-    assert [x.not_recorded for x in in_memory.exchanges if x.xid == 4] == [why]
+    assert [what_is_not_recorded(x) for x in in_memory.exchanges if x.xid == 4] == [why]
     write_subset(original, [1, 2, 3, 4], tmp_path / "subset")
     copied = load(tmp_path / "subset")
-    assert [(x.xid, x.not_recorded) for x in copied.exchanges if not x.finished] == [(4, why)]
+    assert [(x.xid, what_is_not_recorded(x)) for x in copied.exchanges if not x.finished] == [(4, why)]
     assert [analyze(x).classified.outcome for x in copied.exchanges] == [Outcome.OK] * 3 + [Outcome.NOT_RECORDED]
 
 

@@ -26,9 +26,10 @@ An exchange with a `req` and neither `end` nor `error` is *in flight*: the evide
 unless the writer could no longer write while it ran: then recording.json lists it under
 `write_failures` (`[{"t": T, "message": "No space left on device", "incomplete": [N, ..]}]`,
 added atomically by the writer on its first failed write) and it was *not recorded to the end*
-(`RecordedExchange.not_recorded`), which says nothing about the traffic. So is an exchange in
-flight when a damaged line follows its last record: that line may have held its end, and a wedge
-is never made of a line that cannot be read.
+(`RecordedExchange.not_recorded`), which says nothing about the traffic. A damaged line that
+may have held one of an exchange's records (`RecordedExchange.lost_line`) makes a failure the
+loaded exchange shows (in flight, cut short) not recorded to the end as well: a wedge is never
+made of a line that cannot be read.
 A header value that carried a secret is stored as `{"redacted":true}`.
 
 BODY is a request body cut into content-addressed pieces (message-level deduplication, byte-exact
@@ -43,6 +44,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import urlsplit
@@ -207,6 +209,9 @@ def close_record(t: float, reason: str, inflight: Iterable[int]) -> dict[str, An
 
 # recording.json's list of the times the writer could no longer write (see the module docstring).
 WRITE_FAILURES = "write_failures"
+# What a damaged line's first bytes still tell: the kind and exchange number its record began with.
+_LOST_KIND = re.compile(rb'^\s*\{\s*"k"\s*:\s*"(\w+)"')
+_LOST_XID = re.compile(rb'^\s*\{\s*"k"\s*:\s*"\w+"\s*,\s*"x"\s*:\s*(\d{1,12})\b')
 NOT_RECORDED_PREFIX = "not recorded to the end: "  # how RecordedExchange.not_recorded begins
 
 
@@ -290,6 +295,9 @@ class RecordedExchange:
     # Why the recording of this exchange stops short (the writer could no longer write while it
     # was in flight: recording.json's `write_failures`); None when it was recorded as it went.
     not_recorded: str | None = None
+    # A damaged journal line that may have held one of its records (its data, its end): what the
+    # loaded exchange lacks may be that line, not the traffic. None when no such line.
+    lost_line: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -330,6 +338,14 @@ class RecordedExchange:
             if n.lower() == low:
                 return v
         return None
+
+
+def what_is_not_recorded(x: RecordedExchange) -> str | None:
+    """Why the recording lacks part of `x` (without NOT_RECORDED_PREFIX), or None: what a copy of
+    it (a subset, an export) must say too, or the copy would show a wedge or a cut made of it."""
+    if x.not_recorded is not None:
+        return x.not_recorded.removeprefix(NOT_RECORDED_PREFIX)
+    return x.lost_line
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,28 +406,25 @@ class RecordingBuilder:
         self._skipped_histories: dict[int, tuple[str, ...] | None] = {}
         self._orphans: set[int] = set()
         self._where = ""
-        # Exchanges in flight when a journal line was lost, and that line: the line may have held
-        # their end. Forgotten when a later record of the exchange shows the line was not its end.
+        # The exchanges a damaged line may have held a record of, and that line; those of them
+        # with a record after it (which shows the line was not their end).
         self._lost_after: dict[int, str] = {}
-        self._warnings_seen = 0  # warnings the reader adds between records are lines it lost
+        self._recorded_after_loss: set[int] = set()
 
-    def add(self, rec: Any, where: str) -> None:
-        self._note_lost_lines()
-        try:
-            self._add(rec, where)
-        finally:
-            self._warnings_seen = len(self.warnings)
-
-    def _note_lost_lines(self) -> None:
-        """The reader appends a warning to `warnings` for each line it could not read (not JSON,
-        not UTF-8, too long, cut short): the exchanges in flight at that point may have lost their
-        end to it."""
-        if len(self.warnings) > self._warnings_seen:
-            self._lost(self.warnings[self._warnings_seen].where, None)
-            self._warnings_seen = len(self.warnings)
+    def lost_line(self, where: str, head: bytes) -> None:
+        """The reader could not read the line at `where` (not JSON, not UTF-8, too long, cut short);
+        `head` is its first bytes. A record's line begins with its kind and exchange number, which
+        a byte flip or a cut rarely reaches: when they can be read, the line is that exchange's
+        (or, for a piece or a request, nobody's response); otherwise any exchange in flight may
+        have lost a record to it."""
+        kind = _LOST_KIND.search(head)
+        xid = _LOST_XID.search(head)
+        if kind is not None and kind[1] in (b"blob", b"req", b"close"):
+            return  # a lost piece or request costs its bodies (checked at load), a close nothing
+        self._lost(where, int(xid[1]) if kind is not None and xid is not None else None)
 
     def _lost(self, where: str, xid: int | None) -> None:
-        """A line at `where` was lost; it belonged to exchange `xid`, or to any exchange in flight."""
+        """A line at `where` was lost; it held a record of exchange `xid`, or of any exchange in flight."""
         candidates = [xid] if xid is not None else list(self._exchanges)
         for x in candidates:
             b = self._exchanges.get(x)
@@ -419,7 +432,7 @@ class RecordingBuilder:
                 self._lost_after.setdefault(x, where)
                 self._changed.add(x)
 
-    def _add(self, rec: Any, where: str) -> None:
+    def add(self, rec: Any, where: str) -> None:
         if not isinstance(rec, dict):
             self.warnings.append(RecordingWarning(where, "record is not a JSON object; skipped"))
             return
@@ -445,11 +458,11 @@ class RecordingBuilder:
             else:
                 self.warnings.append(RecordingWarning(where, f"bad {kind!r} record ({detail}); skipped"))
                 xid = rec.get("x")
-                if kind != "blob" and not (isinstance(xid, int) and xid in self._orphans):
+                if kind not in ("blob", "close") and not (isinstance(xid, int) and xid in self._orphans):
                     self._lost(where, xid if isinstance(xid, int) and xid in self._exchanges else None)
             return
-        if kind not in ("close", "blob"):
-            self._lost_after.pop(rec["x"], None)  # a later record of it: the lost line was not its end
+        if kind not in ("close", "blob") and rec["x"] in self._lost_after:
+            self._recorded_after_loss.add(rec["x"])  # the lost line was not its end
         if kind == "close":
             self._changed.update(x for x in rec.get("inflight") or () if x in self._exchanges)
         elif kind != "blob":
@@ -571,14 +584,19 @@ class RecordingBuilder:
             marked = 0
             for xid in incomplete:
                 b = self._exchanges.get(xid)
-                if b is None or b.fields.get("t_end") is not None or b.fields.get("error") is not None:
+                if b is None:
+                    continue
+                if b.fields.get("t_end") is not None or b.fields.get("error") is not None:
+                    if is_text(detail):  # a copy of an exchange the original lacked part of
+                        b.fields["lost_line"] = detail
+                        self._changed.add(xid)
+                        marked += 1
                     continue
                 b.fields["not_recorded"] = NOT_RECORDED_PREFIX + why
                 self._changed.add(xid)
                 marked += 1
             self.warnings.append(RecordingWarning(where, f"{why}: {marked} exchange(s) not recorded to the end, "
                                                          "what came after is not in the recording"))
-        self._warnings_seen = len(self.warnings)  # its own warnings are no lost lines
 
     def _history_of(self, xid: int) -> tuple[str, ...] | None:
         b = self._exchanges.get(xid)
@@ -605,7 +623,6 @@ class RecordingBuilder:
     # ---------------------------------------------------------------------------------------
 
     def finish(self) -> list[RecordedExchange]:
-        self._note_lost_lines()
         self._changed.clear()
         out = [self._built(x, b) for x, b in self._exchanges.items()]
         out.sort(key=lambda x: (x.t_request, x.xid))
@@ -613,7 +630,6 @@ class RecordingBuilder:
 
     def take_changed(self) -> list[RecordedExchange]:
         """The exchanges that records added since the last call (or `finish`) started or changed."""
-        self._note_lost_lines()
         out = [self._built(x, self._exchanges[x]) for x in sorted(self._changed)]
         self._changed.clear()
         return out
@@ -621,10 +637,12 @@ class RecordingBuilder:
     def _built(self, xid: int, b: _Building) -> RecordedExchange:
         lost = self._lost_after.get(xid)
         fields = b.fields
-        unfinished = fields.get("t_end") is None and fields.get("error") is None
-        # The recorder's close record listing it in flight says the lost line was not its end.
-        if lost is not None and unfinished and not fields.get("interrupted") and not fields.get("not_recorded"):
-            fields = {**fields, "not_recorded": f"{NOT_RECORDED_PREFIX}{lost} is damaged and may have held the rest of it"}
+        if lost is not None:
+            unfinished = fields.get("t_end") is None and fields.get("error") is None
+            # Still unfinished after a later record of it, or when the recorder's close record
+            # listed it in flight: the lost line was not its end, and in flight is what it was.
+            if not (unfinished and (xid in self._recorded_after_loss or fields.get("interrupted"))):
+                fields = {**fields, "lost_line": f"{lost} is damaged and may have held part of it"}
         return _built(b, fields)
 
 

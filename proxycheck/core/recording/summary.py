@@ -28,7 +28,7 @@ from proxycheck.core.exchange.outcomes import Classified, Outcome, classify_reco
 from proxycheck.core.protocol import dialects
 from proxycheck.core.protocol.analysis import ResponseAnalysis, analyze_body, analyze_stream
 from proxycheck.core.protocol.encoding import decode_body, decode_chunks
-from proxycheck.core.recording.journal import RecordedExchange
+from proxycheck.core.recording.journal import NOT_RECORDED_PREFIX, RecordedExchange
 from proxycheck.core.recording.redact import REDACTED
 from proxycheck.core.recording.sessions import (
     DEFAULT_SESSION_FIELDS,
@@ -217,6 +217,10 @@ def analyze(ex: RecordedExchange) -> ExchangeAnalysis:
             analysis=analysis,
             ended_at=ex.t_error if ex.error is not None else ex.t_end,
         )
+        if ex.lost_line is not None and classified.outcome.is_failure:
+            # What it lacks may be a damaged line, not the traffic: no recorded failure of it.
+            classified = Classified(Outcome.NOT_RECORDED, f"{NOT_RECORDED_PREFIX}{ex.lost_line}; as loaded: "
+                                                          f"{classified.outcome}, {classified.detail}")  # fmt: skip
     return ExchangeAnalysis(dialect, is_streamed(ex), analysis, classified, ended_at(ex))
 
 
