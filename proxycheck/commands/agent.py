@@ -15,7 +15,7 @@ import sys
 
 from rich.console import Console
 
-from proxycheck.commands.common import (
+from proxycheck.commandline.common import (
     header_name,
     http_url,
     non_negative_int,

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from proxycheck.commands.common import (
+from proxycheck.commandline.common import (
     load_sessions,
     non_negative_int,
     non_negative_seconds,
@@ -30,7 +30,7 @@ from proxycheck.commands.common import (
     positive_number,
     positive_seconds,
 )
-from proxycheck.commands.flags import add_watchdog_flags, watchdogs_of
+from proxycheck.commandline.flags import add_watchdog_flags, watchdogs_of
 from proxycheck.core.bench.perf import SLO, parse_slo, steady_state
 from proxycheck.core.errors import EXIT_FAULT, EXIT_INTERRUPTED, EXIT_OK, BadInput
 from proxycheck.core.exchange.observation import Observation

@@ -3,7 +3,7 @@
 This module owns the command's flags and wiring: the recording and the chain are validated before
 any traffic, the diagnosis (`proxycheck.io.diagnosis`: the recording replayed over the chain's ladder
 as the localizer asks, into one run directory) runs, and its verdict goes to the reports
-(`proxycheck.commands.verdicts`). Exit 0 when the chain is healthy (or the recorded failures do
+(`proxycheck.commandline.verdicts`). Exit 0 when the chain is healthy (or the recorded failures do
 not reproduce), 1 when a fault was found, 2 on bad input; Ctrl-C keeps what was observed as a
 loadable run, reports its verdict `incomplete` (the routes missing, what the finished ones show so
 far) and exits with the interrupt's status.
@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-from proxycheck.commands.common import load_sessions, positive_int
-from proxycheck.commands.flags import add_replay_flags, add_report_flags, replay_options, report_files
-from proxycheck.commands.verdicts import Reports, report_check
+from proxycheck.commandline.common import load_sessions, positive_int
+from proxycheck.commandline.flags import add_replay_flags, add_report_flags, replay_options, report_files
+from proxycheck.commandline.verdicts import Reports, report_check
 from proxycheck.core.diagnose.localize import MAX_REPEAT
 from proxycheck.core.errors import EXIT_INTERRUPTED
 from proxycheck.io.inputs import check_out, check_tls, load_chain

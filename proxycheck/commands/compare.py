@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from proxycheck.commands.common import non_negative_int, positive_int
+from proxycheck.commandline.common import non_negative_int, positive_int
 from proxycheck.core.bench.perf import compare
 from proxycheck.core.errors import EXIT_FAULT, EXIT_OK, BadInput
 from proxycheck.io.benchrun import load_bench

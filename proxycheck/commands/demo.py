@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from proxycheck.commands.common import load_sessions
-from proxycheck.commands.verdicts import Reports, report_check
+from proxycheck.commandline.common import load_sessions
+from proxycheck.commandline.verdicts import Reports, report_check
 from proxycheck.core.errors import EXIT_FAULT, EXIT_OK
 from proxycheck.core.replay.plan import derive_watchdogs
 from proxycheck.core.testbed.agent import AgentOptions

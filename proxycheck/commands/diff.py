@@ -17,9 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from proxycheck.commands.common import print_warnings
-from proxycheck.commands.flags import FAIL_ON, add_report_flags, report_files
-from proxycheck.commands.verdicts import Reports, emit
+from proxycheck.commandline.common import print_warnings
+from proxycheck.commandline.flags import FAIL_ON, add_report_flags, report_files
+from proxycheck.commandline.verdicts import Reports, emit
 from proxycheck.core.diagnose.localize import MAX_REPEAT, Decided, Localizer
 from proxycheck.core.diagnose.runverdict import RunPlan, holdings, run_verdict
 from proxycheck.core.diagnose.verdict import INCOMPLETE

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import sys
 
-from proxycheck.commands.common import non_negative_number, parse_listen, print_warnings, probability
+from proxycheck.commandline.common import non_negative_number, parse_listen, print_warnings, probability
 from proxycheck.core.errors import EXIT_OK, BadInput
 from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
 from proxycheck.core.testbed import synth

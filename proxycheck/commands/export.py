@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from proxycheck.commands.common import print_warnings
+from proxycheck.commandline.common import print_warnings
 from proxycheck.core.errors import EXIT_OK
 from proxycheck.io.har import har_document, write_har
 from proxycheck.io.outputs import check_outputs

@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
-from proxycheck.commands.common import print_warnings
+from proxycheck.commandline.common import print_warnings
 from proxycheck.core.errors import EXIT_OK, BadInput
 from proxycheck.io.flowfile import read_flows
 from proxycheck.io.har import ImportResult, check_out_directory, read_har, write_recording

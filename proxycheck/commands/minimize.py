@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from proxycheck.commands.common import positive_int, positive_seconds, print_warnings
-from proxycheck.commands.flags import add_greedy_flag, add_watchdog_flags, watchdogs_of
+from proxycheck.commandline.common import positive_int, positive_seconds, print_warnings
+from proxycheck.commandline.flags import add_greedy_flag, add_watchdog_flags, watchdogs_of
 from proxycheck.core.errors import EXIT_FAULT, EXIT_INTERRUPTED, EXIT_OK, BadInput
 from proxycheck.core.minimize.ddmin import Budget
 from proxycheck.io.inputs import check_tls, load_chain

@@ -27,7 +27,7 @@ import sys
 
 from rich.console import Console
 
-from proxycheck.commands.common import positive_int, positive_seconds, print_warnings
+from proxycheck.commandline.common import positive_int, positive_seconds, print_warnings
 from proxycheck.core.errors import EXIT_FAULT, EXIT_OK, BadInput
 from proxycheck.core.probe.findings import ProbeReport, document, exit_failed
 from proxycheck.core.probe.searches import DIALECTS, PROBES

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from proxycheck.commands.common import header_name, http_url, parse_listen, print_warnings
+from proxycheck.commandline.common import header_name, http_url, parse_listen, print_warnings
 from proxycheck.core.errors import EXIT_OK, BadInput, ProcessError, ProxycheckError
 from proxycheck.core.recording.journal import JOURNAL_FILE
 from proxycheck.io.procs import Managed, mitmdump_path

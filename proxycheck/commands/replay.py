@@ -15,8 +15,8 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from proxycheck.commands.common import load_sessions, positive_int
-from proxycheck.commands.flags import add_replay_flags, replay_options
+from proxycheck.commandline.common import load_sessions, positive_int
+from proxycheck.commandline.flags import add_replay_flags, replay_options
 from proxycheck.core.errors import EXIT_FAULT, EXIT_OK
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome

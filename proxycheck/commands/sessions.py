@@ -8,7 +8,7 @@ import sys
 
 from rich.console import Console
 
-from proxycheck.commands.common import print_warnings
+from proxycheck.commandline.common import print_warnings
 from proxycheck.core.errors import EXIT_OK
 from proxycheck.core.recording.sessions import DEFAULT_SESSION_FIELDS, DEFAULT_SESSION_HEADERS
 from proxycheck.core.recording.summary import to_json

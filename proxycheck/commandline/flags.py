@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any, Sequence
 
-from proxycheck.commands.common import positive_int, positive_seconds, print_warnings
+from proxycheck.commandline.common import positive_int, positive_seconds, print_warnings
 from proxycheck.core.errors import BadInput
 from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.exchange.watchdogs import Watchdogs
