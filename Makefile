@@ -22,12 +22,16 @@ demo: $(STAMP)
 
 # Real clients and gateways whose pins conflict with mitmproxy's (h11 >= 0.16) get a venv of their
 # own, built from tests/tools/NAME.txt into .venv-NAME; the tests run them as separate processes.
-TOOL_VENVS = .venv-sdk/.installed .venv-litellm/.installed
+TOOL_VENVS = .venv-sdk/.installed .venv-litellm/.installed .venv-agents/.installed
+# The npm harnesses' folder and its stamp (the rule that fills it is below).
+HARNESS       := .harness
+HARNESS_PINS  := tests/tools/harness/package.json tests/tools/harness/package-lock.json
+HARNESS_STAMP := $(HARNESS)/.installed
 
 # The real-process tests mostly wait on sockets and timers, so three workers on two cores cut the
 # wall time by about 2.7x; a test file stays on one worker (its module fixtures start once). Tests
 # that compare timings of separate runs (marked `alone`) run afterwards, with nothing beside them.
-test: $(STAMP) test-packages $(TOOL_VENVS)
+test: $(STAMP) test-packages $(TOOL_VENVS) $(HARNESS_STAMP)
 	$(BIN)/python -m pytest -n 3 --dist loadfile -m "not alone"
 	$(BIN)/python -m pytest -m alone
 
@@ -37,6 +41,25 @@ test: $(STAMP) test-packages $(TOOL_VENVS)
 	.venv-$*/bin/python -m pip install -q --upgrade pip
 	.venv-$*/bin/python -m pip install -q -r $<
 	touch $@
+
+# The real agent harnesses (tests/harness/): Claude Code and Codex CLI from npm, pinned by the
+# committed package.json + package-lock.json in tests/tools/harness/, installed by `npm ci` into the
+# project's own .harness/ (never globally); Node and npm from Debian when they are missing and we may
+# (root with apt-get). Where they cannot be installed (not root and no npm, no registry) make goes on
+# without them and their tests skip, saying why; the stamp is left only by an install that worked.
+$(HARNESS_STAMP): $(HARNESS_PINS)
+	@if ! { command -v node && command -v npm; } >/dev/null && $(CAN_APT); then \
+		echo "installing nodejs npm for the harness tests"; \
+		$(call apt_install,nodejs npm) || true; \
+	fi; \
+	if ! { command -v node && command -v npm; } >/dev/null; then \
+		echo "make: node or npm missing (not root, so not installed): the harness tests will be skipped" >&2; \
+	else \
+		echo "installing the harnesses (Claude Code, Codex CLI) into $(HARNESS)/"; \
+		rm -rf $(HARNESS) && mkdir -p $(HARNESS) && cp $(HARNESS_PINS) $(HARNESS)/ && \
+		(cd $(HARNESS) && npm ci --no-audit --no-fund --loglevel=error) && touch $@ || \
+		echo "make: could not install the harnesses into $(HARNESS)/: their tests will be skipped" >&2; \
+	fi
 
 # Debian packages the tests run for real: Chromium and chromedriver (the HTML report, tests/report),
 # nginx, HAProxy and Squid (the proxy matrix, tests/integration). What is missing is installed when
@@ -74,4 +97,4 @@ venv-with-apt:
 	$(PYTHON) -m venv $(VENV)
 
 clean:
-	rm -rf $(VENV) .venv-* .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .venv-* $(HARNESS) .pytest_cache .hypothesis build *.egg-info

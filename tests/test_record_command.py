@@ -90,7 +90,7 @@ class RecordProcess:
 
 @pytest.fixture(scope="module")
 def engine(module_engines: EngineFactory) -> Managed:
-    return module_engines("--token-interval", "0.005", "--tool-call-rate", "0")
+    return module_engines("--token-interval", "0.005", "--tool-call-rate", "0", "--max-answer-tokens", "0")
 
 
 def chat(client: httpx.Client, messages: list[dict], *, trace: str, max_tokens: int = 8) -> tuple[bytes, bytes]:

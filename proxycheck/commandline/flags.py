@@ -11,7 +11,7 @@ from proxycheck.commandline.common import positive_int, positive_seconds, print_
 from proxycheck.core.errors import BadInput
 from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.exchange.watchdogs import Watchdogs
-from proxycheck.core.replay.plan import Pace, PlannedSession, derive_watchdogs, parse_pace
+from proxycheck.core.replay.plan import Pace, PlannedSession, derive_watchdogs, parse_pace, responses_warning
 
 if TYPE_CHECKING:
     from proxycheck.io.replayer import ReplayOptions
@@ -113,4 +113,7 @@ def replay_options(args: argparse.Namespace, sessions: Sequence[PlannedSession],
         if h2:
             print_warnings([f"aiohttp speaks HTTP/1.1 only: {h2} turn(s) recorded over HTTP/2 go over HTTP/1.1 "
                             "(the httpx client keeps HTTP/2)"])  # fmt: skip
+    stateful = responses_warning(sessions, options.mode)
+    if stateful is not None:
+        print_warnings([stateful])
     return options

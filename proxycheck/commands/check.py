@@ -18,7 +18,8 @@ from proxycheck.commandline.common import load_sessions, positive_int
 from proxycheck.commandline.flags import add_replay_flags, add_report_flags, replay_options, report_files
 from proxycheck.commandline.verdicts import Reports, report_check
 from proxycheck.core.diagnose.localize import MAX_REPEAT
-from proxycheck.core.errors import EXIT_INTERRUPTED
+from proxycheck.core.errors import EXIT_INTERRUPTED, BadInput
+from proxycheck.core.replay.plan import turns_naming_responses
 from proxycheck.io.inputs import check_out, check_tls, load_chain
 from proxycheck.io.outputs import check_outputs
 
@@ -67,6 +68,12 @@ def run(args: argparse.Namespace) -> int:
     routes = {name: chain.route(name) for name in chain.ladder()}
     check_tls(routes.values())
     sessions = load_sessions(args.directory)
+    stateful = turns_naming_responses(sessions) if args.mode == "exact" else 0
+    if stateful:
+        # Their 400s (previous_response_not_found) would come from replaying, not from a hop or the
+        # server: no verdict is made of them (docs/design.md, "Not evidence").
+        raise BadInput(str(args.directory), f"{stateful} turn(s) continue a recorded response by previous_response_id, "
+                       "which an exact replay sends to a server that never gave it: check with --mode chained")  # fmt: skip
     options = replay_options(args, sessions, chain=chain)
     out = args.out or tempfile.mkdtemp(prefix="proxycheck-check-")
     settings = CheckSettings(strategy=args.strategy, repeat=args.repeat, max_repeat=args.max_repeat,

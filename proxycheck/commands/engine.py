@@ -1,5 +1,10 @@
 """`proxycheck engine --listen HOST:PORT [--replay DIR]`: the reference engine (see
-`proxycheck.io.engine`), answering synthetically or with the responses of a recording."""
+`proxycheck.io.engine`), answering synthetically or with the responses of a recording.
+
+A synthetic text answer is exactly `max_tokens` long up to `--max-answer-tokens N` (default
+`synth.DEFAULT_MAX_ANSWER_TOKENS`, 256; 0: no cap): a request for more (a harness's ceiling, such
+as Claude Code's 128,000) gets N tokens, finishing `stop`/`end_turn` with usage counting N, as
+an answer that ended on its own does. A request with `ignore_eos` is never capped."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import asyncio
 import logging
 import sys
 
-from proxycheck.commandline.common import non_negative_number, parse_listen, print_warnings, probability
+from proxycheck.commandline.common import non_negative_int, non_negative_number, parse_listen, print_warnings, probability
 from proxycheck.core.errors import EXIT_OK, BadInput
 from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
 from proxycheck.core.testbed import synth
@@ -40,6 +45,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--sampling", action="store_true",
                    help="answer a request with temperature above 0 (or none: the default is 1) and no seed "
                    "differently each time, as a sampling engine does (words, tool calls, finish reason)")
+    p.add_argument("--max-answer-tokens", type=non_negative_int, default=synth.DEFAULT_MAX_ANSWER_TOKENS, metavar="N",
+                   help="cap text answers at N tokens: a request for more (a harness asking for its ceiling) is "
+                   "answered with N, finishing as an answer that ended on its own (stop/end_turn); shorter "
+                   "requests, and those with ignore_eos, get exactly max_tokens (default "
+                   f"{synth.DEFAULT_MAX_ANSWER_TOKENS}; 0: no cap)")
     p.add_argument("--model", default="proxycheck-reference", help="model name for /v1/models")
     p.add_argument("--seed", type=int, default=0, help="changes every answer (default 0)")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
@@ -95,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         replay_speed=1.0 if args.replay_speed is None else args.replay_speed,
         jitter=args.jitter,
         sampling=args.sampling,
+        max_answer_tokens=args.max_answer_tokens or None,
     )
     try:
         asyncio.run(serve(config, host, port, ready=announce))

@@ -1,8 +1,9 @@
 """The reference engine: an aiohttp server that answers like SGLang/vLLM, without a GPU.
 
-It serves OpenAI chat completions and completions, Anthropic messages and SGLang `/generate`
-(streamed and not), `/v1/models` and `/health`. Answers are planned by `proxycheck.core.testbed.synth`
-(deterministic per request body, length = max_tokens, tool calls when tools are offered) and
+It serves OpenAI chat completions, completions and responses, Anthropic messages and SGLang
+`/generate` (streamed and not), `/v1/models` and `/health`. Answers are planned by `proxycheck.core.testbed.synth`
+(deterministic per request body, length = max_tokens up to a cap, `EngineConfig.max_answer_tokens`, 256
+by default; tool calls when tools are offered, valid against their schemas) and
 encoded by `proxycheck.core.testbed.wire`; this module only schedules the bytes in time: TTFT = base +
 per-KB of prompt, then one token per interval, each event written as soon as it is due.
 
@@ -30,6 +31,18 @@ Replayed answers also carry `x-proxycheck-replay-match: RULE xid=N`; a request t
 recorded answers gets a 404. Faults apply as in synthetic mode, counting recorded chunks instead
 of events; `from_turn` counts assistant messages when the body has a message list, else it is the
 matched session turn.
+
+The Responses API (`/v1/responses`): each answer given while the request's `store` is not false
+is kept in a bounded in-memory store (`proxycheck.core.testbed.response_store`: the 4096 most
+recently used, lost when the engine stops), so a request naming it in `previous_response_id`
+continues that conversation: the stored items count as turns (faults' `from_turn`) and as tool
+rounds, as if they had been resent. An id the store does not hold gets the API's 400
+(`previous_response_not_found`). Replay mode answers by the recording, store or not.
+
+Anthropic clients: extended thinking is planned by `synth.with_thinking`; `cache_control`
+breakpoints are looked up in and written to the engine's `promptcache.PromptCache` (the usage
+fields only; answers do not depend on it), so the answer cache is keyed by what the request read
+and wrote too; `/v1/messages/count_tokens` answers the engine's own input estimate.
 """
 
 from __future__ import annotations
@@ -52,7 +65,9 @@ from proxycheck.core.protocol import requestparts
 from proxycheck.core.recording.sessions import turn_number
 from proxycheck.core.testbed import synth, wire
 from proxycheck.core.testbed.faultspec import ActiveFaults, FaultSpec, active_faults
+from proxycheck.core.testbed.promptcache import NO_CACHE, CacheUse, PromptCache
 from proxycheck.core.testbed.recorded_answers import COMPLETE, HOLD, Match, NoMatch, ReplayMatcher, ReplayPlan, plan_replay
+from proxycheck.core.testbed.response_store import ResponseStore, UnknownResponse
 
 SHA_HEADER, BYTES_HEADER = wire.SHA_HEADER, wire.BYTES_HEADER
 CANONICAL_HEADER, PARTS_HEADER = wire.CANONICAL_HEADER, wire.PARTS_HEADER
@@ -67,6 +82,7 @@ ROUTES = {
     "/v1/chat/completions": "openai_chat",
     "/v1/completions": "openai_completions",
     "/v1/messages": "anthropic_messages",
+    "/v1/responses": "openai_responses",
     "/generate": "sglang_generate",
 }
 
@@ -84,6 +100,8 @@ class EngineConfig:
     replay_speed: float = 1.0  # recorded times are divided by this; 0 = no waiting
     jitter: float = 0.0  # each answer's TTFT and token interval scaled by a random 1 +- jitter
     sampling: bool = False  # a request that samples (`synth.samples`) is answered anew each time
+    # The longest text answer (None: exactly max_tokens, always); `ignore_eos` requests are never capped.
+    max_answer_tokens: int | None = synth.DEFAULT_MAX_ANSWER_TOKENS
 
 
 _JITTER = random.Random()  # not seeded: timing jitter differs from run to run, on purpose
@@ -100,10 +118,13 @@ class Engine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.requests = 0
-        self._cache: dict[tuple[str, str, bool, str], tuple[synth.Plan, wire.Wire]] = {}
+        self._cache: dict[tuple[str, str, bool, str, CacheUse], tuple[synth.Plan, wire.Wire]] = {}
+        # The prompt prefixes Anthropic requests have written to the cache (their usage fields).
+        self.prompt_cache = PromptCache()
         # What each body received is, by its raw digest: a replay sends the same bodies again and
         # again, and describing one walks all of it.
         self._received: dict[str, tuple[dict[str, str], requestparts.Parts | None]] = {}
+        self.responses = ResponseStore()  # the Responses API's stored answers (previous_response_id)
         # Set when the server stops, so held (wedged) replays let go instead of delaying it.
         self.stopping = asyncio.Event()
 
@@ -115,6 +136,7 @@ class Engine:
         else:
             for path, dialect in ROUTES.items():
                 app.router.add_post(path, self._generation(dialect))
+            app.router.add_post("/v1/messages/count_tokens", self.count_tokens)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         return app
@@ -126,6 +148,18 @@ class Engine:
         doc = {"object": "list", "data": [{"id": self.config.model, "object": "model", "created": 0,
                                           "owned_by": "proxycheck", "max_model_len": 131072}]}
         return web.json_response(doc)
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        """Anthropic's `/v1/messages/count_tokens`: `{"input_tokens": N}` by the engine's own
+        estimate (`synth.prompt_tokens_of`, as in usage), at once; not a generation, so no faults."""
+        body = await request.read()
+        is_json, req = requestparts.parse(body)
+        digest, parts = self._describe(body, is_json, req)
+        if not is_json or not isinstance(req, dict):
+            return _error(400, "the request body is not a JSON object", digest)
+        if parts is None:
+            return _error(400, "the request body is nested too deeply", digest)
+        return web.json_response({"input_tokens": synth.prompt_tokens_of(parts)}, headers=digest)
 
     def _generation(self, dialect: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handler(request: web.Request) -> web.StreamResponse:
@@ -149,11 +183,19 @@ class Engine:
             synth.timing_extension(req)  # checked before planning, so a bad one is a 400, not a 500
         except ValueError as exc:
             return _error(400, str(exc), digest)
-        turn = turn_number(req)
+        conversation: dict[str, Any] = req
+        if dialect == "openai_responses":
+            try:
+                conversation = dict(self.responses.expand(req))
+            except UnknownResponse as exc:
+                return web.json_response(exc.error_body(), status=400, headers=digest)
+            turn = 1 + synth.assistant_turns(synth.conversation_of(dialect, conversation))
+        else:
+            turn = turn_number(req)
         digest[TURN_HEADER] = str(turn)
         faults = active_faults(self.config.faults, turn=turn, draw=synth.seed_of(body, self.config.seed + self.requests))
         draw = _SAMPLING.getrandbits(64) if self.config.sampling and synth.samples(dialect, req) else None
-        plan, encoded = self._answer(dialect, req, body, digest[SHA_HEADER], parts, draw)
+        plan, encoded = self._answer(dialect, conversation, body, digest[SHA_HEADER], parts, draw)
         if self.config.jitter:
             # Timing varies between identical requests, as a real engine's does (the content
             # does not): what a noise floor must absorb.
@@ -165,6 +207,8 @@ class Engine:
             await asyncio.sleep(faults.delay_headers)
         if faults.status:
             return _error(faults.status, f"injected fault: status {faults.status}", digest)
+        if dialect == "openai_responses":
+            self.responses.remember(wire.responses_ids(plan)[0], req, wire.responses_output(plan))
 
         if req.get("stream") is not True:
             await _sleep_until(start + plan.ttft + plan.interval * max(encoded.steps - 1, 0))
@@ -200,13 +244,15 @@ class Engine:
         options = req.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         model = str(req.get("model") or self.config.model)
-        key = (dialect, sha, include_usage, model)
+        cache_use = self.prompt_cache.use(req) if dialect == "anthropic_messages" else NO_CACHE
+        key = (dialect, sha, include_usage, model, cache_use)
         cached = self._cache.get(key) if draw is None else None
         if cached is None:
             cfg = self.config
             plan = synth.plan(dialect, req, body, cfg.timing, tool_call_rate=cfg.tool_call_rate, seed=cfg.seed,
-                              parts=parts, draw=draw)
-            cached = (plan, wire.encode(dialect, plan, wire.Meta(model, int(time.time()), include_usage)))
+                              parts=parts, draw=draw, max_answer_tokens=cfg.max_answer_tokens)
+            meta = wire.Meta(model, int(time.time()), include_usage, request=req, prompt_cache=cache_use)
+            cached = (plan, wire.encode(dialect, plan, meta))
             if draw is not None:
                 return cached
             if len(self._cache) >= _CACHE_SIZE:

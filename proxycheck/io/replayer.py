@@ -267,7 +267,8 @@ async def _run_session(session: PlannedSession, ctx: _Context) -> None:
             # Think time counts from the end of the response, as the recorder measured it.
             prev_end = ctx.origin + obs.t_start + (obs.end or 0.0)
             if chained is not None:
-                chained.record_reply(turn, observed.result if not obs.outcome.is_failure else None)
+                # A failed turn's reply is not chained in, but its live response id still is.
+                chained.record_reply(turn, observed.result, failed=obs.outcome.is_failure)
             if obs.outcome.is_failure and ctx.options.on_fail == "stop-session":
                 return
     finally:

@@ -47,7 +47,7 @@ TOKEN_INTERVAL = 0.01
 
 @pytest.fixture(scope="module")
 def engine(module_engines: EngineFactory) -> Managed:
-    return module_engines("--token-interval", str(TOKEN_INTERVAL))
+    return module_engines("--token-interval", str(TOKEN_INTERVAL), "--max-answer-tokens", "0")  # long streams
 
 
 HopFactory = Callable[..., Managed]

@@ -51,7 +51,8 @@ SLOW_TOKENS = 0.1  # token interval of the slow engine
 
 @pytest.fixture(scope="module")
 def engine(module_engines: EngineFactory) -> Managed:
-    return module_engines("--token-interval", "0.002", "--ttft-per-kb", "0", "--tool-call-rate", "0.6")
+    return module_engines("--token-interval", "0.002", "--ttft-per-kb", "0", "--tool-call-rate", "0.6",
+                          "--max-answer-tokens", "0")  # answers as long as asked: large bodies
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ SWITCH = "/proxycheck-test/out"  # the test addon below sets proxycheck_out to t
 
 @pytest.fixture(scope="module")
 def engine(module_engines: EngineFactory) -> Managed:
-    return module_engines("--token-interval", "0.0005", "--ttft-per-kb", "0")
+    return module_engines("--token-interval", "0.0005", "--ttft-per-kb", "0", "--max-answer-tokens", "0")
 
 
 def chat_body(*, max_tokens: int = 8, content: str = "hello") -> bytes:

@@ -12,6 +12,23 @@ A harness rarely says which conversation a request belongs to, so grouping uses,
    APIs (completions, SGLang `/generate`) use the same idea on the prompt text;
 3. the client connection, as a last hint (and to break ties between identical conversations).
 
+The Responses API has a second way to continue a conversation: the request names the `id` of an
+earlier response in `previous_response_id` and holds only the new input items. Such a request
+is the next turn of the session whose exchange got that response (after an explicit key, before
+every other rule), whatever its input holds. The cases around it:
+
+- a fork (two requests naming the same response) stays one session: both are turns of the
+  conversation of the response they name, numbered in the order they were sent (turn numbers
+  count a conversation's requests, not the depth of a branch). A replay needs it so: the live id
+  of the named response is known only inside the session that replayed it, turn after turn;
+- a response id no earlier exchange got (the recording began mid-conversation, or the response
+  came from elsewhere) groups the request by the other rules;
+- a conversation may mix both ways: a request that resends the conversation instead of naming
+  it is found by continuity, since the history of the session's last resending turn stays
+  indexed while turns naming responses join it;
+- a retry of a request naming a response (the same new items after a failure) is another
+  attempt of its turn, as `retries` says.
+
 Retries are attempts of one turn, not new turns (`retries`): a request that re-sends the
 conversation of a failed or unanswered request (the same history, or the same history shortened)
 is attempt k of that request's turn. Think time is the gap between the end of turn k's last
@@ -93,6 +110,10 @@ class TurnInput:
     failed: bool = False
     retry_count: int | None = None
     digest: str | None = None
+    # The Responses API: the `id` of the response this exchange got, and the request's
+    # `previous_response_id` (the response it continues; see the module docstring).
+    response_id: str | None = None
+    previous_response_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +335,7 @@ def group(turns: Sequence[TurnInput]) -> list[Session]:
     by_prompt_len: dict[int, dict[bytes, list[_Open]]] = {}
     by_client: dict[tuple[str, str], _Open] = {}
     by_last: dict[str, list[_Open]] = {}
+    by_response: dict[str, list[_Open]] = {}  # a response id -> the sessions whose exchange got it
     # Explicit keys shaped like labels are those sessions' labels: no other session gets them.
     reserved = {t.explicit_key for t in ordered if t.explicit_key is not None and LABEL_PATTERN.fullmatch(t.explicit_key)}
     counter = 0
@@ -370,6 +392,16 @@ def group(turns: Sequence[TurnInput]) -> list[Session]:
         if turn.history is None and turn.prompt is None and turn.client:
             by_client[(turn.client, turn.route)] = s
 
+    def answered(s: _Open, turn: TurnInput) -> None:
+        if turn.response_id is not None:
+            by_response.setdefault(turn.response_id, []).append(s)
+
+    def continues(turn: TurnInput) -> _Open | None:
+        # The session whose exchange got the response this request names; among several (an
+        # engine that repeats ids), the one it follows most closely, as for continuity.
+        named = by_response.get(turn.previous_response_id) if turn.previous_response_id else None
+        return max(named, key=lambda s: rank(s, turn)) if named else None
+
     for turn in ordered:
         if turn.explicit_key is not None:
             s = by_key.get(turn.explicit_key)
@@ -378,6 +410,23 @@ def group(turns: Sequence[TurnInput]) -> list[Session]:
                 s.add(turn)
             else:
                 s.add(turn, s.retried(turn))
+            answered(s, turn)
+            continue
+
+        named = continues(turn)
+        if named is not None:
+            # Only the new input items: the turn joins the conversation of the response it names.
+            # The session's history tip stays indexed (a later request may resend the whole
+            # conversation instead); what a retry of this exchange shares with it moves here.
+            if named.last_key is not None and named in by_last.get(named.last_key, ()):
+                by_last[named.last_key].remove(named)
+            named.add(turn, named.retried(turn))
+            named.last_key = _last_key(turn, None)
+            if named.last_key is not None:
+                by_last.setdefault(named.last_key, []).append(named)
+            if turn.history is None and turn.prompt is None and turn.client:
+                by_client[(turn.client, turn.route)] = named
+            answered(named, turn)
             continue
 
         digests = prefix_digests(turn.history) if turn.history is not None else None
@@ -391,6 +440,7 @@ def group(turns: Sequence[TurnInput]) -> list[Session]:
             unindex(chosen)
             chosen.add(turn, len(chosen.exchanges) - 1)
             index(chosen, turn, digests, prompt_digest)
+            answered(chosen, turn)
             continue
         if turn.history is not None:
             assert digests is not None
@@ -415,6 +465,7 @@ def group(turns: Sequence[TurnInput]) -> list[Session]:
             unindex(chosen)
         chosen.add(turn)
         index(chosen, turn, digests, prompt_digest)
+        answered(chosen, turn)
 
     return [_close(s) for s in sessions]
 

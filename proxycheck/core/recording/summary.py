@@ -170,6 +170,17 @@ def explicit_key(
     return None
 
 
+def _response_id(analysis: "ExchangeAnalysis") -> str | None:
+    """The `id` the recorded response carried (the Responses API's for `previous_response_id`)."""
+    result = analysis.response.result if analysis.response is not None else None
+    return result.response_id if result is not None and result.response_id else None
+
+
+def _text_field(exchange: RecordedExchange, name: str) -> str | None:
+    value = exchange.body.fields.get(name)
+    return value if isinstance(value, str) and value else None
+
+
 def _prompt(exchange: RecordedExchange, resolve: Callable[[str], bytes]) -> str | None:
     body = exchange.body
     for key in _PROMPT_KEYS:
@@ -262,6 +273,8 @@ class SessionSummarizer:
             failed=analysis.classified.outcome not in (Outcome.OK, Outcome.NOT_RECORDED),
             retry_count=retry_count(ex),
             digest=ex.body.sha256,
+            response_id=_response_id(analysis),
+            previous_response_id=_text_field(ex, "previous_response_id"),
         )
 
     def session_count(self) -> int:

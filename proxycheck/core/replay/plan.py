@@ -17,7 +17,8 @@ needs no network and no clock:
 * **Watchdogs** (`derive_watchdogs`, `Watchdogs`): the timeouts that turn a wedge into an
   outcome, derived from what the recording shows a healthy exchange takes.
 * **Chained mode** (`ChainedSession`): the next turn's history carries the reply that was
-  actually replayed instead of the recorded one.
+  actually replayed instead of the recorded one, and a Responses API turn names the live
+  response (`previous_response_id`) instead of the recorded one.
 
 Closed-loop concurrency, the run id, the route's own headers (`Route.url_for` and the chain file)
 and all timing of the live replay belong to the replayer. Pure core: standard library and
@@ -29,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence
 
@@ -416,7 +418,8 @@ def p99(values: Sequence[float]) -> float:
 # Dialects whose requests carry a message history that chained mode can rewrite. Prompt-string
 # APIs (openai_completions, SGLang /generate) fold the reply into one prompt string whose
 # template proxycheck cannot know, and the Responses API's `input` items are not handled: those
-# dialects are replayed exact-only (their bodies are sent as recorded, also in chained mode).
+# dialects are replayed exact-only (their bodies are sent as recorded, also in chained mode),
+# except for the Responses API's `previous_response_id`, which chained mode maps to live ids.
 CHAINED_DIALECTS = frozenset({"openai_chat", "anthropic_messages"})
 _TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
 
@@ -472,6 +475,14 @@ class ChainedSession:
     messages are compared by their tool-call ids only and other messages without
     `cache_control`. Each occurrence of a reply is rebuilt from that turn's own copy, keeping
     that turn's edits.
+
+    The Responses API continues a conversation by naming the previous response
+    (`previous_response_id`) instead of resending it, and an engine replayed against never saw
+    the recorded ids. Every response a turn gets live is paired with the id its recorded response
+    carried (`record_reply`, failed turns included: the server may have kept a response a hop cut
+    short), and a later turn naming a recorded id is sent naming the live one instead
+    (`previous_response_ids`). An id with no live partner (its turn got no id live) is sent as
+    recorded: the engine's answer to it is a consequence of the replay, not of a hop.
     """
 
     def __init__(self, session: PlannedSession) -> None:
@@ -486,25 +497,42 @@ class ChainedSession:
                 self._histories[i] = history
         self._slots = self._find_slots()
         self._replies: dict[int, Result] = {}
+        # Responses API: recorded response id -> the id the same turn's live response carried.
+        self._live_ids: dict[str, str] = {}
+        self._named = {i: _named_response(t) for i, t in enumerate(session.turns)}
 
     def chained(self, turn: "int | PlannedTurn") -> bool:
         """Whether this turn's body can carry replayed replies (False: always sent exact).
         `turn` is one of the session's planned turns, or a turn number (its last attempt)."""
-        return self._position(turn) in self._histories
-
-    def record_reply(self, turn: "int | PlannedTurn", result: Result | None) -> None:
-        """What was replayed for `turn`; None (or an incomplete result) for a failed turn, whose
-        recorded reply later turns then keep."""
         i = self._position(turn)
-        if result is not None and result.terminal and not result.errors:
+        return i in self._histories or self._named[i] is not None
+
+    def record_reply(self, turn: "int | PlannedTurn", result: Result | None, *, failed: bool = False) -> None:
+        """What was replayed for `turn`; None (or an incomplete result, or `failed`) for a failed
+        turn, whose recorded reply later turns then keep. The id of a live response, failed or
+        not, stands in for the recorded one in later `previous_response_id`s."""
+        i = self._position(turn)
+        if result is not None and not failed and result.terminal and not result.errors:
             self._replies[i] = result
         else:
             self._replies.pop(i, None)
+        recorded = self.session.turns[i].recorded.result
+        recorded_id = recorded.response_id if recorded is not None else None
+        live_id = result.response_id if result is not None else None
+        if recorded_id and live_id:
+            self._live_ids[recorded_id] = live_id
+
+    def previous_response_ids(self) -> dict[str, str]:
+        """The recorded response ids mapped so far to the ids the replay's responses carried."""
+        return dict(self._live_ids)
 
     def body_for(self, turn: "int | PlannedTurn") -> bytes:
         """The body to send for `turn`, given the replies recorded so far."""
         i = self._position(turn)
         planned = self.session.turns[i]
+        named = self._named[i]
+        if named is not None:
+            return _name_live_response(planned.body, named, self._live_ids)
         history = self._histories.get(i)
         if history is None:
             return planned.body
@@ -555,6 +583,53 @@ class ChainedSession:
                     slots.append(_Slot(k, n, mine.prefixes[n]))
                 break
         return slots
+
+
+def turns_naming_responses(sessions: Iterable[PlannedSession]) -> int:
+    """How many turns name, in `previous_response_id`, a response the recording saw: an exact
+    replay sends those recorded ids to an engine that never gave them (a server that checks
+    answers 400 `previous_response_not_found`); chained mode names the live responses instead."""
+    planned = [t for s in sessions for t in s.turns]
+    seen = {t.recorded.result.response_id for t in planned if t.recorded.result is not None}
+    return sum(1 for t in planned if (named := _named_response(t)) is not None and named in seen)
+
+
+def responses_warning(sessions: Sequence[PlannedSession], mode: str) -> str | None:
+    """The one line an exact replay of turns chained by `previous_response_id` gets (None: none)."""
+    count = turns_naming_responses(sessions) if mode == "exact" else 0
+    if not count:
+        return None
+    return (f"{count} turn(s) continue a recorded response by previous_response_id, which an exact replay sends as "
+            "recorded (an engine that never gave it answers 400 previous_response_not_found): replay them with "
+            "--mode chained against a server that keeps responses")  # fmt: skip
+
+
+def _named_response(turn: PlannedTurn) -> str | None:
+    """The `previous_response_id` a Responses API turn's body names (None: it names none)."""
+    if turn.dialect != "openai_responses" or b"previous_response_id" not in turn.body:
+        return None
+    try:
+        body = json.loads(turn.body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    named = body.get("previous_response_id") if isinstance(body, dict) else None
+    return named if isinstance(named, str) and named else None
+
+
+def _name_live_response(body: bytes, recorded_id: str, live_ids: dict[str, str]) -> bytes:
+    """`body` naming the live response that stands for `recorded_id`; as recorded when none does.
+    Only that member changes: the id's JSON string is replaced where it is the member's value,
+    so the rest of the body stays byte for byte as recorded."""
+    live = live_ids.get(recorded_id)
+    if live is None or live == recorded_id:
+        return body
+    doc = json.loads(body)
+    doc["previous_response_id"] = live
+    pattern = re.compile(rb'("previous_response_id"\s*:\s*)' + re.escape(json.dumps(recorded_id).encode("ascii")))
+    rewritten, count = pattern.subn(lambda m: m.group(1) + json.dumps(live).encode("ascii"), body, count=1)
+    if count == 1 and json.loads(rewritten) == doc:
+        return rewritten
+    return json.dumps(doc, separators=(",", ":")).encode("ascii")
 
 
 def _holds(history: _History, slot: _Slot) -> bool:

@@ -5,7 +5,7 @@ which it is sent (step 0 is the first token, at TTFT; the events before it, such
 chunk or `message_start`, go with it; closing events go with the last token), and the body of the
 non-streamed answer. Shapes follow vLLM's OpenAI server (chunk objects, `usage` on a final
 `choices: []` chunk when `stream_options.include_usage`, `finish_reason` on its own chunk,
-`data: [DONE]`), Anthropic's Messages API and SGLang's native `/generate`.
+`data: [DONE]`), Anthropic's Messages API, OpenAI's Responses API and SGLang's native `/generate`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 from proxycheck.core.protocol import requestparts
 from proxycheck.core.protocol.requestparts import Parts
+from proxycheck.core.testbed.promptcache import NO_CACHE, CacheUse, fitted
 from proxycheck.core.testbed.synth import Plan
 
 # Headers of every reference-engine response about the request it received
@@ -62,6 +63,10 @@ class Meta:
     model: str
     created: int
     include_usage: bool = False
+    # The request body, for encoders whose answer echoes it (the Responses API's response object).
+    request: Mapping[str, Any] | None = None
+    # What an Anthropic request read from and wrote to the engine's prompt cache (its usage).
+    prompt_cache: CacheUse = NO_CACHE
 
 
 def _dumps(doc: Any) -> bytes:
@@ -158,45 +163,177 @@ def _event(name: str, doc: Mapping[str, Any]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + _dumps(doc) + b"\n\n"
 
 
+def _anthropic_usage(plan: Plan, meta: Meta, output_tokens: int) -> dict[str, Any]:
+    """Usage as the Messages API reports it: input tokens apart from the prompt cache's reads and
+    writes (`proxycheck.core.testbed.promptcache`; the three sum to the engine's input estimate)."""
+    inputs, read, written_5m, written_1h = fitted(meta.prompt_cache, plan.prompt_tokens)
+    return {"input_tokens": inputs, "cache_creation_input_tokens": written_5m + written_1h,
+            "cache_read_input_tokens": read,
+            "cache_creation": {"ephemeral_5m_input_tokens": written_5m, "ephemeral_1h_input_tokens": written_1h},
+            "output_tokens": output_tokens}  # fmt: skip
+
+
 def anthropic_messages(plan: Plan, meta: Meta) -> Wire:
+    """Anthropic Messages: `event:` + `data:` pairs. With extended thinking (`plan.thinking`) the
+    thinking block comes first, at index 0: `thinking_delta` events (none when the display is
+    omitted), then one `signature_delta` before its `content_block_stop`; the text or tool_use
+    blocks follow, their steps after the thinking's."""
     mid = f"msg_{plan.seed & 0xFFFFFFFFFFFFFFFF:016x}"
-    start_usage = {"input_tokens": plan.prompt_tokens, "output_tokens": 1}
+    start_usage = {**_anthropic_usage(plan, meta, 1), "service_tier": "standard"}
     message = {"id": mid, "type": "message", "role": "assistant", "model": meta.model, "content": [],
                "stop_reason": None, "stop_sequence": None, "usage": start_usage}
     events: list[tuple[int, bytes]] = [(0, _event("message_start", {"type": "message_start", "message": message}))]
     content: list[dict[str, Any]] = []
+
+    def block_start(step: int, index: int, block: dict[str, Any]) -> None:
+        events.append((step, _event("content_block_start", {"type": "content_block_start", "index": index,
+                                                             "content_block": block})))
+        if index == 0:
+            events.append((step, _event("ping", {"type": "ping"})))
+
+    def block_delta(step: int, index: int, delta: dict[str, Any]) -> None:
+        events.append((step, _event("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                             "delta": delta})))
+
+    def block_stop(step: int, index: int) -> None:
+        events.append((step, _event("content_block_stop", {"type": "content_block_stop", "index": index})))
+
+    first = 0  # the content block index and generation step where the answer proper starts
+    step0 = len(plan.thinking)
+    if plan.thinking:
+        block_start(0, 0, {"type": "thinking", "thinking": "", "signature": ""})
+        if plan.thinking_shown:
+            for i, tok in enumerate(plan.thinking):
+                block_delta(i, 0, {"type": "thinking_delta", "thinking": tok})
+        block_delta(step0 - 1, 0, {"type": "signature_delta", "signature": plan.signature})
+        block_stop(step0 - 1, 0)
+        content.append({"type": "thinking", "thinking": plan.thinking_text, "signature": plan.signature})
+        first = 1
     if plan.tool_calls:
-        step = 0
-        for index, call in enumerate(plan.tool_calls):
+        step = step0
+        for offset, call in enumerate(plan.tool_calls):
+            index = first + offset
             block = {"type": "tool_use", "id": call.id.replace("call_", "toolu_"), "name": call.name, "input": {}}
-            events.append((step, _event("content_block_start", {"type": "content_block_start", "index": index,
-                                                                 "content_block": block})))
-            if index == 0:
-                events.append((step, _event("ping", {"type": "ping"})))
+            block_start(step, index, block)
             for frag in call.fragments:
-                delta = {"type": "input_json_delta", "partial_json": frag}
-                events.append((step, _event("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                                     "delta": delta})))
+                block_delta(step, index, {"type": "input_json_delta", "partial_json": frag})
                 step += 1
-            events.append((max(step - 1, 0), _event("content_block_stop", {"type": "content_block_stop", "index": index})))
+            block_stop(max(step - 1, 0), index)
             content.append({**block, "input": json.loads(call.arguments)})
     else:
-        events.append((0, _event("content_block_start", {"type": "content_block_start", "index": 0,
-                                                          "content_block": {"type": "text", "text": ""}})))
-        events.append((0, _event("ping", {"type": "ping"})))
+        block_start(step0, first, {"type": "text", "text": ""})
         for i, tok in enumerate(plan.tokens):
-            delta = {"type": "text_delta", "text": tok}
-            events.append((i, _event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})))
-        events.append((_last_step(plan), _event("content_block_stop", {"type": "content_block_stop", "index": 0})))
+            block_delta(step0 + i, first, {"type": "text_delta", "text": tok})
+        block_stop(_last_step(plan), first)
         content.append({"type": "text", "text": plan.text})
     last = _last_step(plan)
+    usage = _anthropic_usage(plan, meta, plan.completion_tokens)
     events.append((last, _event("message_delta", {"type": "message_delta",
                                                   "delta": {"stop_reason": plan.finish_reason, "stop_sequence": None},
-                                                  "usage": {"output_tokens": plan.completion_tokens}})))
+                                                  "usage": usage})))
     events.append((last, _event("message_stop", {"type": "message_stop"})))
     body = {**message, "content": content, "stop_reason": plan.finish_reason,
-            "usage": {"input_tokens": plan.prompt_tokens, "output_tokens": plan.completion_tokens}}
+            "usage": {**usage, "service_tier": "standard"}}
     return Wire(tuple(events), _dumps(body))
+
+
+# ------------------------------------------------------------------------- OpenAI Responses
+
+# Request members a Responses response object echoes, with the API's defaults when absent.
+_RESPONSES_ECHO = {
+    "instructions": None, "max_output_tokens": None, "max_tool_calls": None, "metadata": {},
+    "parallel_tool_calls": True, "previous_response_id": None, "prompt_cache_key": None, "reasoning": None,
+    "safety_identifier": None, "service_tier": "default", "store": True, "temperature": 1.0,
+    "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": [], "top_logprobs": 0, "top_p": 1.0,
+    "truncation": "disabled", "user": None,
+}  # fmt: skip
+
+
+def responses_ids(plan: Plan) -> tuple[str, str]:
+    """(response id, id of its message or first function-call item) of a plan's Responses answer."""
+    h = f"{plan.seed & 0xFFFFFFFFFFFFFFFF:016x}"
+    return f"resp_{h}", (f"fc_{h}" if plan.tool_calls else f"msg_{h}")
+
+
+def responses_output(plan: Plan) -> list[dict[str, Any]]:
+    """The `output` items of a plan's completed Responses answer (what a later request continues
+    from, through `previous_response_id`)."""
+    item_id = responses_ids(plan)[1]
+    if plan.tool_calls:
+        return [{"id": f"{item_id}{index or ''}", "type": "function_call", "status": "completed",
+                 "arguments": call.arguments, "call_id": call.id, "name": call.name}
+                for index, call in enumerate(plan.tool_calls)]  # fmt: skip
+    part = {"type": "output_text", "annotations": [], "logprobs": [], "text": plan.text}
+    return [{"id": item_id, "type": "message", "status": "completed", "content": [part], "role": "assistant"}]
+
+
+def _responses_usage(plan: Plan) -> dict[str, Any]:
+    return {
+        "input_tokens": plan.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": plan.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": plan.prompt_tokens + plan.completion_tokens,
+    }
+
+
+def openai_responses(plan: Plan, meta: Meta) -> Wire:
+    """The Responses API: `event:` + `data:` pairs, each event with its `type` and a
+    `sequence_number`; the response object in `response.created` / `.in_progress` (status
+    in_progress, no output) and in the terminal event (`response.completed`, or
+    `response.incomplete` with reason `max_output_tokens` when the answer hit the length limit)."""
+    rid = responses_ids(plan)[0]
+    req = meta.request or {}
+    response: dict[str, Any] = {
+        "id": rid, "object": "response", "created_at": meta.created, "status": "in_progress", "background": False,
+        "error": None, "incomplete_details": None, "model": meta.model, "output": [],
+    }  # fmt: skip
+    for name, default in _RESPONSES_ECHO.items():
+        value = req.get(name)
+        response[name] = default if value is None else value
+    response["usage"] = None
+    output = responses_output(plan)
+    incomplete = plan.finish_reason == "length"
+    final = {**response, "status": "incomplete" if incomplete else "completed", "output": output,
+             "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+             "usage": _responses_usage(plan)}  # fmt: skip
+    events: list[tuple[int, bytes]] = []
+
+    def emit(step: int, doc: dict[str, Any]) -> None:
+        events.append((step, _event(doc["type"], {"type": doc["type"], "sequence_number": len(events), **doc})))
+
+    emit(0, {"type": "response.created", "response": response})
+    emit(0, {"type": "response.in_progress", "response": response})
+    if plan.tool_calls:
+        step = 0
+        for index, item in enumerate(output):
+            call = plan.tool_calls[index]
+            emit(step, {"type": "response.output_item.added", "output_index": index,
+                        "item": {**item, "status": "in_progress", "arguments": ""}})  # fmt: skip
+            for frag in call.fragments:
+                emit(step, {"type": "response.function_call_arguments.delta", "item_id": item["id"],
+                            "output_index": index, "delta": frag})  # fmt: skip
+                step += 1
+            done_at = max(step - 1, 0)
+            emit(done_at, {"type": "response.function_call_arguments.done", "item_id": item["id"],
+                           "output_index": index, "name": call.name, "arguments": call.arguments})  # fmt: skip
+            emit(done_at, {"type": "response.output_item.done", "output_index": index, "item": item})
+    else:
+        item = output[0]
+        where = {"item_id": item["id"], "output_index": 0, "content_index": 0}
+        emit(0, {"type": "response.output_item.added", "output_index": 0,
+                 "item": {**item, "status": "in_progress", "content": []}})  # fmt: skip
+        emit(0, {"type": "response.content_part.added", **where,
+                 "part": {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}})  # fmt: skip
+        for i, tok in enumerate(plan.tokens):
+            emit(i, {"type": "response.output_text.delta", **where, "delta": tok, "logprobs": []})
+        last = _last_step(plan)
+        emit(last, {"type": "response.output_text.done", **where, "text": plan.text, "logprobs": []})
+        emit(last, {"type": "response.content_part.done", **where, "part": item["content"][0]})
+        emit(last, {"type": "response.output_item.done", "output_index": 0, "item": item})
+    terminal = "response.incomplete" if incomplete else "response.completed"
+    emit(_last_step(plan), {"type": terminal, "response": final})
+    return Wire(tuple(events), _dumps(final))
 
 
 # ------------------------------------------------------------------------------------ SGLang
@@ -224,6 +361,7 @@ ENCODERS: dict[str, Callable[[Plan, Meta], Wire]] = {
     "openai_chat": openai_chat,
     "openai_completions": openai_completions,
     "anthropic_messages": anthropic_messages,
+    "openai_responses": openai_responses,
     "sglang_generate": sglang_generate,
 }
 
