@@ -16,7 +16,7 @@ and `oneOf` (one branch, a non-null one when there is one) and `$ref` within the
 (`#/$defs/...`, `#/definitions/...`, `#`), to a bounded depth so recursive schemas end. `pattern`
 and `format` are not solved in general (a few formats get a fitting value). Values are chosen so
 a harness can run the call in a test directory without harm: a file path is `README.md`, a
-directory `.`, a glob `*`, a search pattern `TODO`, a command `ls` (`["ls"]` as an array), a
+directory `.`, a glob `*`, a search pattern `README`, a command `ls` (`["ls"]` as an array), a
 risky-sounding flag (force, recursive, dangerous ...) false.
 
 Everything is drawn from the caller's `random.Random`, walking properties in sorted order (the
@@ -328,9 +328,9 @@ class _Generator:
         if "glob" in words or "include" in words:
             return "*"
         if "pattern" in words:
-            return "*" if self.tool_words & _GLOB_TOOL_WORDS and not self.tool_words & {"grep", "search"} else "TODO"
+            return "*" if self.tool_words & _GLOB_TOOL_WORDS and not self.tool_words & {"grep", "search"} else "README"
         if words & _SEARCH_WORDS:
-            return "TODO"
+            return "README"
         return f"{self.rnd.choice(_WORDS)} {self.rnd.choice(_WORDS)}"
 
 

@@ -183,7 +183,7 @@ def test_values_are_harmless_in_a_test_directory() -> None:
 
     assert args("Read", CLAUDE_CODE["Read"])["file_path"] == "README.md"
     assert args("Glob", CLAUDE_CODE["Glob"])["pattern"] == "*"
-    assert args("Grep", CLAUDE_CODE["Grep"])["pattern"] == "TODO"
+    assert args("Grep", CLAUDE_CODE["Grep"])["pattern"] == "README"
     assert args("LS", CLAUDE_CODE["LS"])["path"] == "."
     assert args("Bash", CLAUDE_CODE["Bash"])["command"] == "ls"
     assert args("shell", CODEX["shell"])["command"] == ["ls"]
