@@ -9,10 +9,21 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cli_runner import run_proxycheck
 
+from proxycheck.io.harness import HARNESSES, find_harness
 from proxycheck.io.procs import port_accepts
 
 REPO = Path(__file__).resolve().parents[1]
+# What the demo with a real harness says when the harness is missing: the one line, exit 2.
+NOT_INSTALLED = {
+    "claude-code": "proxycheck: demo --harness claude-code: Claude Code is not installed (make test installs it "
+                   "into .harness/, or npm install -g @anthropic-ai/claude-code)\n",
+    "codex": "proxycheck: demo --harness codex: Codex CLI is not installed (make test installs it into .harness/, "
+             "or npm install -g @openai/codex)\n",
+}
+# The turn the demo's gateway stalls from (the harness's first tool call has been run by then).
+FIRST_FAILING_TURN = 2
 
 
 @pytest.mark.timeout(240)
@@ -36,6 +47,50 @@ def test_make_demo_finds_the_faulty_hop_then_replays_clean(tmp_path: Path) -> No
     assert all(r["failures"] == 0 and r["state"] == "clean" for r in fixed["routes"]), fixed["routes"]
     assert "regression replay clean" in shown
     # Everything it started is stopped: nothing listens on the chain's ports any more.
+    chain = (out / "chain.toml").read_text()
+    ports = [int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", chain)]
+    assert len(ports) == 3 and not any(port_accepts("127.0.0.1", p) for p in ports)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("harness", sorted(NOT_INSTALLED))
+def test_demo_with_a_harness_that_is_not_installed_says_how_to_install_it(harness: str, tmp_path: Path) -> None:
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    out = tmp_path / "demo"
+    done = run_proxycheck("demo", "--harness", harness, "--out", str(out), timeout=50,
+                          env={"PATH": str(empty), "PROXYCHECK_HARNESS_DIR": str(empty)})  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr == NOT_INSTALLED[harness]
+    assert done.stdout == "" and not out.exists()  # nothing started, nothing written
+
+
+def _installed(harness: str) -> str | None:
+    return find_harness(HARNESSES[harness])
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("harness", sorted(NOT_INSTALLED))
+def test_demo_with_a_real_harness_finds_the_faulty_hop_then_replays_clean(harness: str, tmp_path: Path) -> None:
+    if _installed(harness) is None:
+        pytest.skip(f"{HARNESSES[harness].package} is not installed (`make test` installs it into .harness/ with npm)")
+    out = tmp_path / "demo"
+    done = run_proxycheck("demo", "--harness", harness, "--out", str(out), timeout=150)
+    shown = done.stdout + done.stderr
+    assert done.returncode == 0, shown[-4000:]
+    assert "Traceback" not in shown
+    # The harness ran the demo's project through the chain and wedged...
+    assert f"{HARNESSES[harness].title} runs" in shown and (out / "project" / "README.md").exists()
+    # ...the verdict names the faulty hop and the turn where the wedge starts...
+    found = json.loads((out / "check-run" / "verdict.json").read_text())
+    assert found["verdict"] == "proxy" and found["culprit"] == "gateway", found["summary"]
+    assert found["first_turn"] == FIRST_FAILING_TURN
+    assert f"culprit: hop gateway   from turn {FIRST_FAILING_TURN}" in shown
+    # ...and with the gateway fixed the regression replay is clean.
+    fixed = json.loads((out / "fixed-run" / "verdict.json").read_text())
+    assert fixed["verdict"] == "not-reproduced"
+    assert all(r["failures"] == 0 and r["state"] == "clean" for r in fixed["routes"]), fixed["routes"]
+    assert "regression replay clean" in shown
     chain = (out / "chain.toml").read_text()
     ports = [int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", chain)]
     assert len(ports) == 3 and not any(port_accepts("127.0.0.1", p) for p in ports)

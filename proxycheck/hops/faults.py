@@ -132,7 +132,7 @@ _OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
         "from_turn",
         int,
         1,
-        "Stall, drop_terminal and reset only from this turn on (turn = assistant messages in the request + 1).",
+        "Stall, drop_terminal and reset only from this turn on (turn = the answers in the request's history + 1).",
     ),
     ("max_body", int, 0, "Answer 413, without contacting the upstream, to request bodies larger than this (bytes; 0: off)."),
     (

@@ -1,7 +1,7 @@
 """The OpenAI Agents SDK (the pinned openai-agents in .venv-agents) against the reference engine
 through the recorder: an agent with one function tool (agents_conversation.py, a separate process),
-two user turns of one conversation, each a `Runner.run_sync` that calls the tool and answers after
-its output, on the Responses API (the SDK's default model) and on Chat Completions.
+two user turns of one conversation, each a `Runner.run` that calls the tool and answers after its
+output, on the Responses API (the SDK's default model) and on Chat Completions.
 
 The command line the test runs (the engine with `--token-interval 0 --ttft-base 0 --tool-call-rate
 1`, the recorder in reverse mode in front of it):

@@ -79,12 +79,40 @@ def readable_key(key: str) -> str:
 
 
 def turn_number(request: Mapping[str, Any] | None) -> int:
-    """The turn of a parsed request body: the assistant messages in its history, plus one (1 when
-    it has no `messages` list). Hops and engines that see one request at a time use it."""
-    messages = request.get("messages") if request is not None else None
-    if type(messages) is not list:
+    """The turn of a parsed request body: the answers in its history, plus one. Hops and engines
+    that see one request at a time use it.
+
+    A `messages` list (chat, Anthropic) counts its assistant messages. A Responses API `input`
+    list counts the model's turns among its items: a run of assistant messages and function calls
+    (one answer may call several tools) is one turn, ended by what the client adds (a user message,
+    a tool's output); reasoning items belong to the run they are in. Anything else is turn 1."""
+    if request is None:
         return 1
-    return 1 + sum(1 for m in messages if type(m) is dict and m.get("role") == "assistant")
+    messages = request.get("messages")
+    if type(messages) is list:
+        return 1 + sum(1 for m in messages if type(m) is dict and m.get("role") == "assistant")
+    items = request.get("input")
+    if type(items) is not list:
+        return 1
+    turns, answering = 0, False
+    for item in items:
+        if type(item) is not dict:
+            answering = False  # a bare string is a user message
+            continue
+        kind = item.get("type", "message")
+        if kind in _MODEL_ITEMS or (kind == "message" and item.get("role") == "assistant"):
+            turns += not answering
+            answering = True
+        elif kind == "message" or kind in _CLIENT_ITEMS:
+            answering = False
+    return 1 + turns
+
+
+# Responses API input items the model produced, and those the client added (tool outputs).
+_MODEL_ITEMS = frozenset({"function_call", "custom_tool_call", "local_shell_call", "computer_call", "web_search_call",
+                          "file_search_call", "image_generation_call", "code_interpreter_call", "mcp_call"})
+_CLIENT_ITEMS = frozenset({"function_call_output", "custom_tool_call_output", "local_shell_call_output",
+                           "computer_call_output", "mcp_approval_response"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from proxycheck.core.recording.sessions import TurnInput, group
+from proxycheck.core.recording.sessions import TurnInput, group, turn_number
+from proxycheck.core.testbed.synth import assistant_turns, conversation_of
 
 
 def turn(xid: int, t: float, items: tuple[str, ...], *, rid: str | None = None, prev: str | None = None,
@@ -72,3 +73,25 @@ def test_a_conversation_mixing_both_ways_is_one_session() -> None:
         turn(4, 3.0, ("u4",), prev="r3"),
     ]
     assert shape(group(turns)) == [[(1, 1, 1), (2, 2, 1), (3, 3, 1), (4, 4, 1)]]
+
+
+def test_the_turn_of_a_responses_request_counts_the_models_answers() -> None:
+    # What a hop that sees one request at a time counts (`--fault ...,from_turn=N`): a Codex-style
+    # input, where one answer is reasoning plus two function calls, then their outputs.
+    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list it"}]}
+    answer = [{"type": "reasoning", "summary": []},
+              {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"},
+              {"type": "function_call", "call_id": "c2", "name": "shell", "arguments": "{}"}]  # fmt: skip
+    outputs = [{"type": "function_call_output", "call_id": "c1", "output": "a"},
+               {"type": "function_call_output", "call_id": "c2", "output": "b"}]  # fmt: skip
+    said = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}
+    developer = {"type": "message", "role": "developer", "content": "be brief"}
+    assert turn_number({"input": [developer, user]}) == 1
+    assert turn_number({"input": "hello"}) == 1
+    assert turn_number({"input": [developer, user, *answer, *outputs]}) == 2
+    assert turn_number({"input": [developer, user, *answer, *outputs, said, user]}) == 3  # text after the tools
+    assert turn_number({"input": [user, said, user, *answer, *outputs]}) == 3
+    # The engine counts the same turns from the conversation it reads out of the input.
+    for items in ([developer, user, *answer, *outputs, said, user], [user, said, user, *answer, *outputs]):
+        req = {"input": items}
+        assert turn_number(req) == 1 + assistant_turns(conversation_of("openai_responses", req))
