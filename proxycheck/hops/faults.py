@@ -29,7 +29,8 @@ How each fault works in mitmproxy 11 (checked in `mitmproxy/proxy/layers/http/__
   the proxyserver's connection handler (`close_connection`), right after the K-th event is
   written. The socket is closed with the body unfinished (no last chunk), which a client sees as
   a connection error. Without that handler it falls back to `flow.kill()`, which acts at the end
-  of the upstream body.
+  of the upstream body; the `response` hook kills the flow as well, so that an upstream body that
+  ended in the chunk holding the K-th event (an answer sent at once) gets no clean end either.
 * max body: a 413 response set in `requestheaders` (Content-Length known) or `request`;
   mitmproxy then answers it without opening an upstream connection.
 * max concurrent: the addon keeps the ids of the LLM flows it lets through to the upstream (past
@@ -707,8 +708,11 @@ class Faults:
                 await self._hold_then_drop(flow, plan)
             return
         if self.config.cut_is_reset:
-            if plan.buffered or not plan.reset_sent:
-                _kill(flow)  # buffered: nothing was sent yet, the client gets no response at all
+            # Killed in every case: buffered, nothing was sent yet and the client gets no response
+            # at all; streamed, the upstream body may have ended in the very chunk that passed the
+            # K-th event (an engine that sends an answer at once), before the close scheduled then
+            # has run, and mitmproxy would now write the body's clean end.
+            _kill(flow)
             return
         await self._hold_then_drop(flow, plan)
 

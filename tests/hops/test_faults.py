@@ -343,6 +343,19 @@ class TestReset:
         assert seen.end == "closed"
         assert len(seen.events) == 3
 
+    @pytest.mark.timeout(40)
+    def test_an_answer_sent_at_once_is_cut_too(self, module_engines: EngineFactory,
+                                               module_mitmdumps: MitmdumpFactory) -> None:  # fmt: skip
+        # The whole answer comes from the upstream in one go: the chunk that holds the K-th event
+        # also ends the body. The client must still see a cut body, never a clean end.
+        engine = module_engines("--token-interval", "0", "--ttft-base", "0")
+        quick = module_mitmdumps("--mode", f"reverse:{engine.url}", "-s", ADDON, "--set=proxycheck_fault_reset_after=3")
+        for _ in range(3):
+            seen = observe(quick.url, chat_body(max_tokens=40), read_timeout=10.0)
+            assert seen.status == 200
+            assert seen.end == "closed", (seen.end, len(seen.events))
+            assert "[DONE]" not in seen.data
+
     @pytest.mark.timeout(30)
     def test_hop_keeps_serving_after_a_reset(self, hop: HopFactory) -> None:
         seen = observe(hop(reset_after=3).url, chat_body(max_tokens=5, stream=False))
