@@ -19,6 +19,8 @@ from typing import Any
 
 from cli_runner import run_proxycheck
 
+from proxycheck.io.harness import DUMMY_KEY as DUMMY_KEY  # the harness tests take it from here
+from proxycheck.io.harness import harness_env
 from proxycheck.io.procs import Managed
 from proxycheck.io.recordings import open_recording
 from proxycheck.io.runstore import load_run
@@ -26,26 +28,13 @@ from proxycheck.io.runstore import load_run
 REPO = Path(__file__).resolve().parents[2]
 HARNESS_BIN = REPO / ".harness" / "node_modules" / ".bin"
 AGENTS_PYTHON = REPO / ".venv-agents" / "bin" / "python"
-DUMMY_KEY = "sk-proxycheck-dummy-key"
 
 
 def isolated_env(home: Path, **extra: str) -> dict[str, str]:
-    """An environment for a harness process: PATH and the locale of this one, HOME (and every config
-    and cache dir a harness looks at) inside `home`, never the user's, no proxy settings nor keys
-    of this process; `extra` laid over it."""
-    home.mkdir(parents=True, exist_ok=True)
-    kept = {name: os.environ[name] for name in ("PATH", "LANG", "LC_ALL", "TERM") if name in os.environ}
-    return {
-        **kept,
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_CACHE_HOME": str(home / ".cache"),
-        "XDG_DATA_HOME": str(home / ".local" / "share"),
-        "XDG_STATE_HOME": str(home / ".local" / "state"),
-        "TMPDIR": str(home),
-        "NO_COLOR": "1",
-        **extra,
-    }
+    """An environment for a harness process, as the demo gives one (`proxycheck.io.harness`): PATH
+    and the locale of this one, HOME (and every config and cache dir a harness looks at) inside
+    `home`, never the user's, no proxy settings nor keys of this process; `extra` laid over it."""
+    return harness_env(home, **extra)
 
 
 def run_harness(argv: list[str], *, cwd: Path, env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess[str]:

@@ -29,7 +29,8 @@ from harnesses import (
     sessions_of,
 )
 
-PROMPT = "Read README.md and tell me what this project is."
+from proxycheck.io.harness import PROMPT
+
 READ_ONLY_TOOLS = ["Read", "Glob", "Grep"]
 # The shared run streams without waiting; every turn offering tools answers with a tool call, so the
 # loop has turns to group.

@@ -32,20 +32,10 @@ from harnesses import (
     sessions_of,
 )
 
-PROMPT = "Read README.md and tell me what this project is."
-ENGINE_ARGS = ("--token-interval", "0", "--ttft-base", "0", "--tool-call-rate", "1")
-# Retries off: a failing engine shows at once instead of after Codex's five tries.
-CONFIG = """model = "proxycheck-model"
-model_provider = "proxycheck"
+from proxycheck.io.harness import CODEX_CONFIG, PROMPT
 
-[model_providers.proxycheck]
-name = "proxycheck reference engine"
-base_url = "{base_url}/v1"
-wire_api = "responses"
-env_key = "PROXYCHECK_DUMMY_KEY"
-request_max_retries = 0
-stream_max_retries = 0
-"""
+ENGINE_ARGS = ("--token-interval", "0", "--ttft-base", "0", "--tool-call-rate", "1")
+CONFIG = CODEX_CONFIG  # the demo's: retries off, so a failing engine shows at once
 
 
 def codex_argv(codex: str, work: Path) -> list[str]:
