@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
@@ -55,15 +56,25 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
-    """Replace `path` with `data`: readers see the old file or the new one, never a mix."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    """Replace `path` with `data`: readers see the old file or the new one, never a mix. A write
+    that fails leaves no temporary file behind (on a full disk it would only fill it further);
+    the temporary name is the process's and the thread's, so concurrent writers never share one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:
+            os.fchmod(fd, mode)  # a temporary file left by a crash keeps its mode through O_CREAT
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
 
 
 def open_append(path: Path, mode: int = FILE_MODE) -> int:

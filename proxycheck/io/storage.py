@@ -34,7 +34,7 @@ from proxycheck.core.recording import bodies
 from proxycheck.core.recording import journal as fmt
 from proxycheck.core.recording.journal import RecordedExchange, RecordingWarning
 from proxycheck.core.recording.redact import RedactionPolicy, redact_body, redact_headers, redact_url
-from proxycheck.io.jsonl import ensure_line_end, open_append, read_json_file, read_records
+from proxycheck.io.jsonl import atomic_write, ensure_line_end, open_append, read_json_file, read_records
 from proxycheck.io.jsonl import write_all as _write_all
 
 DIR_MODE = 0o700
@@ -154,7 +154,7 @@ class RecordingWriter:
                 now = wall()
                 created = _dt.datetime.fromtimestamp(now, _dt.timezone.utc).isoformat()
                 self.meta = fmt.new_metadata(now, created, __version__, source=source or {})
-                _replace_file(meta_path, _metadata_bytes(self.meta))
+                atomic_write(meta_path, _metadata_bytes(self.meta))
                 self._next_xid, self._known = 1, set()
             # Offsets are measured on the monotonic clock, anchored to wall time once.
             self._base = clock() - (wall() - float(self.meta["started_at"]))
@@ -271,7 +271,7 @@ class RecordingWriter:
             earlier = self.meta.get(fmt.WRITE_FAILURES)
             meta = {**self.meta, fmt.WRITE_FAILURES: [*(earlier if isinstance(earlier, list) else ()), entry]}
             try:
-                _replace_file(self.directory / fmt.META_FILE, _metadata_bytes(meta))
+                atomic_write(self.directory / fmt.META_FILE, _metadata_bytes(meta))
             except OSError as exc:
                 raise self._failed(self.directory / fmt.META_FILE, exc) from exc
             self.meta = meta
@@ -344,7 +344,7 @@ class RecordingWriter:
             try:
                 blob_dir.mkdir(mode=DIR_MODE, exist_ok=True)
                 if not target.exists():
-                    _replace_file(target, data)
+                    atomic_write(target, data)
             except OSError as exc:
                 raise self._failed(target, exc) from exc
             return b""
@@ -375,7 +375,7 @@ class RecordingWriter:
         earlier = self.meta.get(fmt.WRITE_FAILURES)
         meta = {**self.meta, fmt.WRITE_FAILURES: [*(earlier if isinstance(earlier, list) else ()), entry]}
         try:
-            _replace_file(self.directory / fmt.META_FILE, _metadata_bytes(meta))
+            atomic_write(self.directory / fmt.META_FILE, _metadata_bytes(meta))
             self.meta = meta
         except OSError as again:
             error = StorageError(f"{path}: write failed: {why}; {fmt.META_FILE} could not say where the recording "
@@ -395,26 +395,6 @@ class RecordingWriter:
 
 def _metadata_bytes(meta: Mapping[str, Any]) -> bytes:
     return json.dumps(meta, indent=2).encode() + b"\n"
-
-
-def _replace_file(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` atomically (readers see the old file or the new one); a write
-    that fails leaves no temporary file behind (on a full disk it would only fill it further)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
 
 
 def _make_reserve(path: Path) -> Path | None:
