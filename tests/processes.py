@@ -81,6 +81,15 @@ class MitmdumpFactory(_Started):
         return out
 
 
+def write_chain(path: Path, engine: str, hops: list[tuple[str, str]]) -> Path:
+    """A chain file at `path`: the engine's URL and each (name, url) hop, outermost first."""
+    lines = [f'engine = "{engine}"']
+    for name, url in hops:
+        lines += ["[[hop]]", f'name = "{name}"', f'url = "{url}"']
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def _file_limited(limit: int) -> list[str]:
     """The argv prefix that runs a command with RLIMIT_FSIZE at `limit` bytes."""
     if shutil.which("prlimit"):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from processes import EngineFactory, MitmdumpFactory
+from processes import EngineFactory, MitmdumpFactory, write_chain
 
 from proxycheck import cli
 from proxycheck.io import prober
@@ -39,12 +39,7 @@ class Setup:
     hops: dict[str, str]  # name -> url
 
     def chain(self, tmp: Path, *names: str) -> Path:
-        lines = [f'engine = "{self.engine.url}"']
-        for name in names:
-            lines += ["[[hop]]", f'name = "{name}"', f'url = "{self.hops[name]}"']
-        path = tmp / "chain.toml"
-        path.write_text("\n".join(lines) + "\n")
-        return path
+        return write_chain(tmp / "chain.toml", self.engine.url, [(name, self.hops[name]) for name in names])
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cli_runner import run_proxycheck
-from processes import EngineFactory, MitmdumpFactory
+from processes import EngineFactory, MitmdumpFactory, write_chain
 from test_check import FAST, check, verdict_of
 
 from proxycheck import cli
@@ -38,12 +38,7 @@ class World:
     hops: dict[str, Managed]
 
     def chain(self, tmp: Path, *names: str) -> Path:
-        lines = [f'engine = "{self.engine.url}"']
-        for hop in names:
-            lines += ["[[hop]]", f'name = "{hop}"', f'url = "{self.hops[hop].url}"']
-        path = tmp / "chain.toml"
-        path.write_text("\n".join(lines) + "\n")
-        return path
+        return write_chain(tmp / "chain.toml", self.engine.url, [(name, self.hops[name].url) for name in names])
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +160,7 @@ def test_sampling_with_replay_is_one_line_and_exit_2(world: World) -> None:
 def test_minimize_takes_greedy_and_says_so(world: World, tmp_path: Path) -> None:
     out = tmp_path / "small"
     argv = ["minimize", str(world.recording), "--chain", str(world.chain(tmp_path, "F")), "--route", "via:F",
-            "--greedy", "--budget", "3", "--stall-timeout", "1", "--out", str(out)]  # fmt: skip
+            "--greedy", "--budget", "12", "--pace", "fast", "--stall-timeout", "1", "--out", str(out)]  # fmt: skip
     assert cli.main(argv) == 0
     summary = json.loads((out / "minimized.json").read_text())
     assert summary["greedy"] is True and summary["trigger"]["outcome"] == "stall_mid_stream"

@@ -42,10 +42,7 @@ def add_replay_flags(p: argparse.ArgumentParser) -> None:
         "--concurrency", type=positive_int, metavar="C",
         help="closed loop: at most C sessions at once (default: sessions start at their recorded offsets)",
     )  # fmt: skip
-    p.add_argument(
-        "--pace", type=_pace, default="recorded", metavar="recorded|fast|X",
-        help="think times and starts as recorded, none (fast), or scaled by X",
-    )  # fmt: skip
+    add_pace_flag(p)
     p.add_argument(
         "--mode", choices=("exact", "chained"), default="exact", help="exact bodies, or replayed replies chained in"
     )
@@ -57,12 +54,28 @@ def add_replay_flags(p: argparse.ArgumentParser) -> None:
     add_watchdog_flags(p)
 
 
+def add_pace_flag(p: argparse.ArgumentParser) -> None:
+    """`--pace`: shared by `replay`, `check` (through `add_replay_flags`) and `minimize`."""
+    p.add_argument(
+        "--pace", type=_pace, default="recorded", metavar="recorded|fast|X",
+        help="think times and starts as recorded, none (fast), or scaled by X",
+    )  # fmt: skip
+
+
 def add_greedy_flag(p: argparse.ArgumentParser) -> None:
     """`--greedy`: shared by `replay`, `check` (through `add_replay_flags`) and `minimize`."""
     p.add_argument(
         "--greedy", action="store_true",
         help="send every request with temperature 0 and a fixed seed (on every route alike), so a sampling "
         "engine answers each the same way and content is compared exchange by exchange",
+    )  # fmt: skip
+
+
+def add_max_think_flag(p: argparse.ArgumentParser, default: str = "as recorded") -> None:
+    """`--max-think S`: think times longer than S seconds shortened to S (`check`, `minimize`)."""
+    p.add_argument(
+        "--max-think", type=positive_seconds, metavar="S",
+        help=f"shorten think times longer than S seconds to S, the failures' own too (default: {default})",
     )  # fmt: skip
 
 

@@ -2,7 +2,8 @@
 
 This module owns the command's flags and wiring: the recording and the chain are validated before
 any traffic, the diagnosis (`proxycheck.io.diagnosis`: the recording replayed over the chain's ladder
-as the localizer asks, into one run directory) runs, and its verdict goes to the reports
+as the localizer asks, pass after pass from its failing sessions to all of it, into one run
+directory) runs, and its verdict goes to the reports
 (`proxycheck.commandline.verdicts`). Exit 0 when the chain is healthy (or the recorded failures do
 not reproduce), 1 when a fault was found, 2 on bad input; Ctrl-C keeps what was observed as a
 loadable run, reports its verdict `incomplete` (the routes missing, what the finished ones show so
@@ -15,7 +16,7 @@ import argparse
 import tempfile
 
 from proxycheck.commandline.common import load_sessions, positive_int
-from proxycheck.commandline.flags import add_replay_flags, add_report_flags, replay_options, report_files
+from proxycheck.commandline.flags import add_max_think_flag, add_replay_flags, add_report_flags, replay_options, report_files
 from proxycheck.commandline.verdicts import Reports, report_check
 from proxycheck.core.diagnose.localize import MAX_REPEAT
 from proxycheck.core.errors import EXIT_INTERRUPTED, BadInput
@@ -32,7 +33,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="find the hop (or the server) that breaks the recorded sessions",
         description="Replay a recording straight to the engine (twice: the noise floor) and through "
         "each hop of the chain, compare every route with the direct one, and name the hop whose entry "
-        "turns a clean route into a failing one, or the server. Exit 0 healthy, 1 fault found, 2 bad input; "
+        "turns a clean route into a failing one, or the server. The sessions that failed are replayed first, "
+        "up to their first failure, with a clean sample and think times shortened (the whole recording only "
+        "when that does not decide; --full: all of it as recorded). Exit 0 healthy, 1 fault found, 2 bad input; "
         f"Ctrl-C reports the verdict incomplete (the routes missing) and exits {EXIT_INTERRUPTED}.",
     )
     p.add_argument("directory", metavar="DIR", help="a recording directory")
@@ -49,6 +52,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--max-repeat", type=positive_int, default=DEFAULT_MAX_REPEAT, metavar="M",
         help="repetitions allowed to tell a flaky route from the next one inward before giving up "
         f"(inconclusive; default {DEFAULT_MAX_REPEAT})",
+    )  # fmt: skip
+    p.add_argument(
+        "--full", action="store_true",
+        help="replay the whole recording at its recorded think times (default: the failing sessions up to their "
+        "first failure and a clean sample first, think times over 1 s shortened except the failures' idle, "
+        "the whole recording only when that does not decide)",
+    )  # fmt: skip
+    add_max_think_flag(p, default="1 s, except before a failure after idle")
+    p.add_argument(
+        "--parallel-routes", action="store_true",
+        help="replay the routes at once (more load on the engine; a route found failing is replayed again by "
+        "itself to confirm it)",
     )  # fmt: skip
     add_replay_flags(p)
     add_report_flags(p)
@@ -77,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     options = replay_options(args, sessions, chain=chain)
     out = args.out or tempfile.mkdtemp(prefix="proxycheck-check-")
     settings = CheckSettings(strategy=args.strategy, repeat=args.repeat, max_repeat=args.max_repeat,
-                             fail_on=args.fail_on)  # fmt: skip
+                             fail_on=args.fail_on, full=args.full, max_think=args.max_think,
+                             routes_at_once=args.parallel_routes)  # fmt: skip
     check = CheckRun(str(args.directory), chain, routes, sessions, options, settings, out)
     return report_check(check, Reports.of(args))

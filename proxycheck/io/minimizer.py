@@ -3,7 +3,9 @@
 Drives the sans-IO search core (`proxycheck.core.minimize.ddmin`) with real replays: each candidate is an
 ordinary recording built in memory from the chosen exchanges (`subset_recording`: what
 `write_subset` would write), planned like any recording (`proxycheck.io.recordings`) and replayed
-over the culprit route at the recorded pace. A candidate
+over the culprit route at the pace asked for (recorded by default), its think times capped at
+`max_think` when one is given (`cap_sessions`: the failing turns' own too, and the stretches with no
+session alive). A candidate
 "fails" when one of its exchanges fails on the route the way the whole recording did (the same
 outcome, e.g. `stall_mid_stream`; any failure with `any_failure`) in one of its tries (`Trials`,
 from how often the whole recording failed) and the direct route stays clean on it. A failure of
@@ -21,11 +23,16 @@ The steps, each kept only while the failure persists:
 4. the first failing turn's history: all its droppable messages dropped at once, else ddmin over
    them (`message_units`: a tool call goes with its results, the last message stays);
 5. the first failing turn's body size (`shrink_to`, bisected down from the recorded size when a
-   body cut to ~512 B passes) and its think time (bisected when ~0 s passes);
+   body cut to ~512 B passes) and its think time (bisected when ~0 s passes, down from the think
+   time as replayed: the cap, when it shortened it; not at all at pace fast, which waits none);
 6. the last failing candidate is written to `out`, with `minimized.json`: the trigger summary.
 
 Everything is bounded by a `Budget` (replays and/or seconds); when it runs out the best failing
-candidate so far is written, marked incomplete.
+candidate so far is written, marked incomplete. When the best failing candidate is the whole
+input (no session or turn left out, no body cut, no think time shortened by the search), nothing is
+written: the result says so (`removed` False) and why (`reason`: the budget spent on the baseline,
+every candidate losing the failure), so the caller can say that instead of claiming a reproducer,
+and `out` stays as it was for the next try.
 """
 
 from __future__ import annotations
@@ -43,8 +50,9 @@ from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.minimize.ddmin import Bisect, Budget, Candidate, DDMin, Trials
 from proxycheck.core.minimize.shrink import drop_units, message_units, shrink_to
 from proxycheck.core.recording.sessions import attempt_text
-from proxycheck.core.replay.plan import derive_watchdogs
-from proxycheck.io.outputs import write_file
+from proxycheck.core.replay.focus import ThinkCut, cap_think_times, compact_starts
+from proxycheck.core.replay.plan import Pace, derive_watchdogs, pace_factor, start_delay, think_delay
+from proxycheck.io.outputs import make_dirs, write_file
 from proxycheck.io.recordings import LoadedRecording, open_recording
 from proxycheck.io.subset import subset_recording, write_subset
 
@@ -55,6 +63,8 @@ BASELINE_RUNS = 2
 SIZE_REL_TOL = 0.05
 THINK_MIN = 0.1  # think times shorter than this are not bisected
 THINK_ABS_TOL = 0.05
+HINT_MAX_THINK = 5.0  # the cap a "nothing removed" suggests, for think times longer than it (keeps a 5 s keep-alive's idle)
+HINT_WAITS = 1.0  # seconds of waiting in a replay above which a "nothing removed" suggests --pace fast
 
 
 @dataclass(frozen=True)
@@ -94,10 +104,15 @@ class _Found:
 
 @dataclass
 class MinimizeResult:
+    """What minimize found: `summary` is `minimized.json`'s content. `removed` False: the best
+    failing candidate was the whole input, nothing was written to `out`, and `reason` says why."""
+
     out: str
     complete: bool
     summary: dict[str, Any]
     interrupted: bool = False
+    removed: bool = True
+    reason: str = ""
 
     @property
     def trigger(self) -> dict[str, Any]:
@@ -117,14 +132,18 @@ async def minimize(
     culprit: dict[str, Any] | None = None,
     greedy: bool = False,
     recording: LoadedRecording | None = None,
+    pace: Pace = "recorded",
+    max_think: float | None = None,
 ) -> MinimizeResult:
     """Minimize the recording at `recording_dir` against `route_name` of `chain` into `out`.
     `culprit`: how the route was found, when the command looked for it (kept in the summary);
     `watchdogs`: the replays' (default: derived from the recording); `greedy`: every replay with
     greedy sampling parameters (`--greedy`); `recording`: the recording already opened (by the
-    command), so it is not loaded again."""
+    command), so it is not loaded again; `pace` and `max_think`: how every replay waits (`--pace`,
+    `--max-think`: see `cap_sessions`)."""
     m = _Minimizer(recording_dir, chain, route_name, budget, progress or (lambda _: None),
-                   watchdogs=watchdogs, any_failure=any_failure, greedy=greedy, loaded=recording)  # fmt: skip
+                   watchdogs=watchdogs, any_failure=any_failure, greedy=greedy, loaded=recording,
+                   pace=pace, max_think=max_think)  # fmt: skip
     m.culprit = culprit
     return await m.run(out)
 
@@ -132,7 +151,8 @@ async def minimize(
 class _Minimizer:
     def __init__(self, recording_dir: str, chain: Any, route_name: str, budget: Budget,
                  progress: Callable[[str], None], *, watchdogs: Any, any_failure: bool,
-                 greedy: bool = False, loaded: LoadedRecording | None = None) -> None:  # fmt: skip
+                 greedy: bool = False, loaded: LoadedRecording | None = None, pace: Pace = "recorded",
+                 max_think: float | None = None) -> None:  # fmt: skip
         self.recording_dir = recording_dir
         self.route = chain.route(route_name)
         self.direct = chain.route("direct")
@@ -141,7 +161,10 @@ class _Minimizer:
         self.original = self.loaded.planned
         if watchdogs is None:
             watchdogs = derive_watchdogs(self.original)
-        self.options = minimize_options(watchdogs, chain, greedy=greedy)
+        self.options = minimize_options(watchdogs, chain, greedy=greedy, pace=pace)
+        self.max_think = max_think
+        self.think_cut = ThinkCut(max_think)  # what the cap did to the whole input (set by the baseline)
+        self.baseline: list[float] = []  # how long each baseline replay took (seconds)
         self.budget = budget
         self.say = progress
         # Over the direct route (an engine failure) there is no clean reference to check against.
@@ -179,13 +202,18 @@ class _Minimizer:
         self.budget.spend(1)
         return got
 
-    def materialize(self, state: _State) -> list[Any]:
+    def materialize(self, state: _State, *, capped: bool = True) -> list[Any]:
         """The candidate's plan, from the candidate recording built in memory (the original's
-        exchange numbers, sessions named by the original's session headers)."""
+        exchange numbers, sessions named by the original's session headers): as replayed, think
+        times capped at `max_think` (`capped` False: as the candidate recording holds them)."""
         candidate = subset_recording(self.recording, state.xids, bodies=state.bodies, shifts=state.shifts)
         loaded = LoadedRecording(candidate, self.loaded.session_headers, self.loaded.session_fields,
                                  where=self.recording_dir)  # fmt: skip
-        return loaded.planned
+        return cap_sessions(loaded.planned, self.max_think)[0] if capped else loaded.planned
+
+    def as_recorded(self, state: _State, xid: int) -> Any:
+        """The planned turn `xid` of the candidate as its recording holds it (think time not capped)."""
+        return next(t for s in self.materialize(state, capped=False) for t in s.turns if t.xid == xid)
 
     async def test(self, state: _State, what: str, options: Any = None, keep: bool = True) -> bool | None:
         """Whether the candidate fails on the route (and not direct); None when out of budget.
@@ -230,10 +258,15 @@ class _Minimizer:
         self.started = start = self.now()
         all_xids = tuple(t.xid for s in self.original for t in s.turns)
         plan = self.materialize(_State(all_xids))
+        self.think_cut = cap_sessions(self.original, self.max_think)[1]
+        if self.max_think is not None:
+            self.say(f"replayed with {self.think_cut.text()}")
         k, failing = 0, []
         kinds: set[Outcome] = set()
         for _ in range(BASELINE_RUNS):
+            began = self.now()
             got = await self.replay(plan, self.route)
+            self.baseline.append(self.now() - began)
             failures = {o.outcome for o in got if o.outcome.is_failure}
             if failures:
                 k, failing, kinds = k + 1, got, kinds | failures
@@ -243,7 +276,9 @@ class _Minimizer:
             raise NotReproduced(f"{self.recording_dir}: the failure does not reproduce over {self.route.name} "
                                 f"({BASELINE_RUNS} replays)")  # fmt: skip
         if self.check_direct:
+            began = self.now()
             direct = await self.replay(plan, self.direct)
+            self.baseline.append(self.now() - began)
             if any(o.outcome.is_failure for o in direct):
                 raise BadInput(self.recording_dir, "the engine fails too (direct route): not a hop's failure; "
                                                    "minimize it with --route direct")  # fmt: skip
@@ -263,9 +298,9 @@ class _Minimizer:
             steps["body_size"] = await self.bisect_body()
             steps["think"] = await self.bisect_think()
         except asyncio.CancelledError:
-            # Ctrl-C: the smallest failing candidate so far is still worth having.
+            # Ctrl-C: the smallest failing candidate so far is still worth having (`finish` says
+            # whether there is one smaller than the input).
             self.complete, self.interrupted = False, True
-            self.say("interrupted: keeping the smallest failing candidate so far")
         return self.finish(out, start, steps)
 
     async def ddmin(self, items: list[Any], make: Callable[[Sequence[Any]], _State | None],
@@ -367,23 +402,31 @@ class _Minimizer:
         return {"depends": True, "fails_from": fails_from, "passes_at": passes_at, "recorded": len(body)}
 
     async def bisect_think(self) -> dict[str, Any] | None:
+        """The failing turn's think time: bisected down from the one replayed (the cap, when it
+        shortened the recorded one), each candidate recording holding the value tried."""
         assert self.best is not None
         _, xid, turn = self.trigger()
         think = turn.backoff if turn.attempt > 1 else turn.think_time  # a retry waits its backoff
         if not think or think < THINK_MIN or self.exhausted():
             return None
+        if pace_factor(self.options.pace) == 0:
+            self.say("think time: not bisected (at pace fast no think time is waited)")
+            return None
         state = self.best.state
         base = state.shifts.get(xid, 0.0)
+        held = self.as_recorded(state, xid)
+        recorded = held.backoff if held.attempt > 1 else held.think_time  # what the candidate recording holds
 
         def at(seconds: float) -> _State:
-            return _State(state.xids, state.bodies, {**state.shifts, xid: base + seconds - think})
+            # A shift moves the request from where the recording holds it: from `recorded`, not the cap.
+            return _State(state.xids, state.bodies, {**state.shifts, xid: base + seconds - recorded})
 
         failed = await self.test(at(0.0), "no think time")
         if failed is None:
             return None
         if failed:
             self.say(f"think time: fails with none too (think time does not matter); {self._spent()}")
-            return {"depends": False, "recorded": think}
+            return {"depends": False, "recorded": recorded, "from": think}
         search = Bisect(0.0, think, rel_tol=0.05, abs_tol=THINK_ABS_TOL, budget=self.budget)
         while (value := search.next(now=self.now())) is not None:
             failed = await self.test(at(value), f"think time {value:.2f} s")
@@ -393,17 +436,32 @@ class _Minimizer:
             search.result(value, failed)
         self.complete &= search.reason == "converged"
         self.say(f"think time: fails from {search.value:.2f} s, passes at {search.lo:.2f} s; {self._spent()}")
-        return {"depends": True, "fails_from": search.value, "passes_at": search.lo, "recorded": think}
+        return {"depends": True, "fails_from": search.value, "passes_at": search.lo, "recorded": recorded, "from": think}
 
     # ------------------------------------------------------------------------------ result
+
+    def removed(self) -> bool:
+        """Whether the best failing candidate is smaller than the input: a session or turn left
+        out, a body cut or a think time shortened by the search (the cap is the replays', not the
+        search's: it leaves the recording as it was)."""
+        assert self.best is not None
+        state = self.best.state
+        return set(state.xids) != set(self.by_xid) or bool(state.bodies) or any(state.shifts.values())
 
     def finish(self, out: str, start: float, steps: dict[str, dict[str, Any] | None]) -> MinimizeResult:
         assert self.best is not None and self.trials is not None
         best = self.best
         obs, xid, turn = self.trigger()
         session, original_turn = self.by_xid[xid]
-        write_subset(self.recording, best.state.xids, out, bodies=best.state.bodies, shifts=best.state.shifts,
-                     source={"minimized_for": self.route.name})  # fmt: skip
+        held = self.as_recorded(best.state, xid)  # the trigger as the result holds it: its think time not capped
+        removed = self.removed()
+        if self.interrupted:
+            self.say("interrupted: keeping the smallest failing candidate so far" if removed
+                     else "interrupted before anything was removed: nothing written")  # fmt: skip
+        if removed:
+            make_dirs(out)  # 0700, and so is each parent it creates
+            write_subset(self.recording, best.state.xids, out, bodies=best.state.bodies, shifts=best.state.shifts,
+                         source={"minimized_for": self.route.name})  # fmt: skip
         kept = [{"session": self.by_xid[x][0], "label": self.labels[self.by_xid[x][0]], "turn": self.by_xid[x][1].turn,
                  "xid": x} for x in best.state.xids]  # fmt: skip
         summary: dict[str, Any] = {
@@ -413,6 +471,7 @@ class _Minimizer:
             "culprit": self.culprit,
             "complete": self.complete,
             "interrupted": self.interrupted,
+            "removed": removed,
             "matched": "any failure" if self.any_failure else sorted(o.value for o in self.kinds),
             "sessions": {"before": len(self.original), "after": len({k["session"] for k in kept})},
             "turns": {"before": len(self.by_xid), "after": len(kept)},
@@ -426,8 +485,9 @@ class _Minimizer:
                 "xid": xid,
                 "request_bytes": len(turn.body),
                 "recorded_request_bytes": len(original_turn.body),
-                "think_time": turn.think_time,
+                "think_time": held.think_time,
                 "recorded_think_time": original_turn.think_time,
+                "replayed_think_time": round(think_delay(turn, self.options.pace), 6),  # as waited: capped, paced
                 "backoff": turn.backoff,  # a retry's wait before it, instead of a think time
                 "outcome": obs.outcome.value,
                 "detail": obs.detail,
@@ -442,13 +502,98 @@ class _Minimizer:
                 "deterministic": self.trials.deterministic, "summary": self.trials.summary(),
             },  # fmt: skip
             "greedy": self.options.greedy,  # replayed with --greedy: the reproducer needs it too
+            # How the replays waited (--pace, --max-think): the reproducer fails replayed so.
+            "pace": self.options.pace,
+            "max_think": self.max_think,
+            "think_cut": {**self.think_cut.to_json(), "said": self.think_cut.text()},
             "candidates": len(self.tries),
             "tries": sum(self.tries),
             "replays": self.budget.spent,
             "seconds": round(self.now() - start, 3),
         }
+        if not removed:
+            reason = self.nothing_removed()
+            summary["reason"] = reason
+            return MinimizeResult(str(out), self.complete, summary, self.interrupted, removed=False, reason=reason)
         write_file(Path(out) / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")  # 0600, as the recording
         return MinimizeResult(str(out), self.complete, summary, self.interrupted)
+
+    def nothing_removed(self) -> str:
+        """Why the best failing candidate is the whole input, and what to try (one line's words)."""
+        tried = len(self.tries)
+        if self.interrupted:
+            return f"interrupted after {tried} candidate(s), before any lost a part of the input and kept the failure"
+        if self.complete:
+            if not tried:
+                return "there was nothing smaller to try"
+            return f"every candidate lost the failure ({tried} tried): the whole input is needed for it"
+        ran_out = self._budget_text()
+        if tried:
+            said = f"every candidate tried lost the failure ({tried}, before the budget ({ran_out}) ran out)"
+        else:
+            replays = len(self.baseline)
+            each = sum(self.baseline) / replays if replays else 0.0
+            spent = f"the baseline ({replays} replays of {_seconds(each)} each)"
+            located = (self.culprit or {}).get("replays")
+            if located:
+                spent = f"locating the route ({located} replays) and {spent}"
+            said = f"the budget ({ran_out}) was spent on {spent}"
+        return f"{said}; try {_either(self._hints())}"
+
+    def _budget_text(self) -> str:
+        """The limit that ran out, as the flag that set it."""
+        if self.budget.replays is not None and self.budget.spent >= self.budget.replays:
+            return f"--budget {self.budget.replays} replays"
+        return f"--time {self.budget.seconds:g} s" if self.budget.seconds is not None else "the budget"
+
+    def _hints(self) -> list[str]:
+        """What would let the search go further: not waiting what the replays wait, or a larger budget."""
+        pace = self.options.pace
+        plan = self.materialize(_State(tuple(self.by_xid)))
+        hints = []
+        if pace != "fast":
+            waits = max((start_delay(s, pace) + sum(think_delay(t, pace) for t in s.turns) for s in plan), default=0.0)
+            longest = max((think_delay(t, "recorded") for s in plan for t in s.turns), default=0.0)
+            if waits >= HINT_WAITS:
+                hints.append("--pace fast")
+            if longest > HINT_MAX_THINK and (self.max_think is None or self.max_think > HINT_MAX_THINK):
+                hints.append(f"--max-think {HINT_MAX_THINK:g}")
+        out_of_replays = self.budget.replays is not None and self.budget.spent >= self.budget.replays
+        hints.append("a larger --budget" if out_of_replays else "a longer --time")
+        return hints
+
+
+def cap_sessions(sessions: Sequence[Any], max_think: float | None) -> tuple[list[Any], ThinkCut]:
+    """`sessions` as minimize replays them under `--max-think`: every think time longer than it
+    shortened to it, the failing turns' own too (a cap given is the user's call: minimize has no
+    focus pass to fall back on), and every stretch with no session alive cut to it as well; what
+    that did. `max_think` None: as recorded."""
+    capped, cut = cap_think_times(sessions, max_think, protected=False)
+    return (compact_starts(capped, max_think) if max_think is not None else capped), cut
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
+
+
+def _either(options: Sequence[str]) -> str:
+    """"a", "a or b", "a, b or c"."""
+    return options[0] if len(options) == 1 else f"{', '.join(options[:-1])} or {options[-1]}"
+
+
+def _replayed_as(summary: dict[str, Any]) -> str | None:
+    """"replayed at pace fast; think times over 0.2 s shortened to 0.2 s (...): replay it so (--pace fast
+    --max-think 0.2)", or None when every replay waited as recorded."""
+    pace, cap = summary.get("pace", "recorded"), summary.get("max_think")
+    said = []
+    if pace != "recorded":
+        said.append(f"replayed at pace {pace}")
+    if cap is not None:
+        said.append((summary.get("think_cut") or {}).get("said") or f"think times over {cap:g} s shortened to {cap:g} s")
+    if not said:
+        return None
+    flags = " ".join(([f"--pace {pace}"] if pace != "recorded" else []) + ([f"--max-think {cap:g}"] if cap is not None else []))
+    return f"{'; '.join(said)}: it fails replayed so ({flags})"
 
 
 def _messages(units: Sequence[tuple[int, ...]]) -> int:
@@ -466,13 +611,13 @@ def _smallest(body: bytes) -> bytes | None:
     return None
 
 
-def minimize_options(watchdogs: Any, chain: Any = None, *, greedy: bool = False) -> Any:
-    """How minimize replays: at the recorded pace, exact bodies (with greedy sampling parameters
+def minimize_options(watchdogs: Any, chain: Any = None, *, greedy: bool = False, pace: Any = "recorded") -> Any:
+    """How minimize replays: at `pace` (the recorded one by default), exact bodies (with greedy sampling parameters
     when `greedy`), every turn even after a failure (and, with the chain, stopping at a refused
     credential as every replay does)."""
     from proxycheck.io.replayer import ReplayOptions
 
-    return ReplayOptions(watchdogs=watchdogs, pace="recorded", mode="exact", on_fail="continue", chain=chain,
+    return ReplayOptions(watchdogs=watchdogs, pace=pace, mode="exact", on_fail="continue", chain=chain,
                          greedy=greedy)  # fmt: skip
 
 
@@ -480,6 +625,9 @@ def describe(summary: dict[str, Any]) -> list[str]:
     """The trigger summary, as lines for a terminal."""
     t = summary["trigger"]
     think = "none" if t["think_time"] is None else f"{t['think_time']:.2f} s"
+    replayed = t.get("replayed_think_time")
+    if t["think_time"] is not None and replayed is not None and abs(replayed - t["think_time"]) > 0.005:
+        think += f" (waited {replayed:.2f} s)"  # capped by --max-think, scaled by --pace
     if t.get("backoff") is not None:
         think = f"none (a retry, after a backoff of {t['backoff']:.2f} s)"
     lines = [
@@ -496,6 +644,9 @@ def describe(summary: dict[str, Any]) -> list[str]:
     culprit = summary.get("culprit")
     if culprit:
         lines.insert(0, f"route {summary['route']}: {culprit['says']}")
+    waited = _replayed_as(summary)
+    if waited:
+        lines.append(waited)
     lines.append(f"in flight with it: {t['in_flight']} exchange(s), itself included")
     concurrency = summary.get("concurrency")
     if concurrency:
@@ -511,8 +662,11 @@ def describe(summary: dict[str, Any]) -> list[str]:
         lines.append(f"request size: does not matter (fails at {size['fails_at']} B too)")
     think_doc = summary.get("think")
     if think_doc and think_doc["depends"]:
+        capped = think_doc.get("from", think_doc["recorded"]) < think_doc["recorded"]
         lines.append(f"think time: fails from {think_doc['fails_from']:.2f} s, "
-                     f"passes at {think_doc['passes_at']:.2f} s")  # fmt: skip
+                     f"passes at {think_doc['passes_at']:.2f} s"
+                     + (f" (bisected from the cap, {think_doc['from']:.2f} s; recorded {think_doc['recorded']:.2f} s)"
+                        if capped else ""))  # fmt: skip
     elif think_doc:
         lines.append("think time: does not matter (fails with none)")
     tr = summary["trials"]

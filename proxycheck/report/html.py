@@ -387,6 +387,9 @@ def html_report(verdict: Verdict) -> str:
         parts.append(advice_list(advice))
     if verdict.differences:
         parts.append(differences_list(verdict.differences))
+    if verdict.scope is not None:
+        items = "".join(f"<li>{e(line)}</li>" for line in verdict.scope.said)
+        parts.append(f'<section id="scope"><h2>What was replayed</h2><ul>{items}</ul></section>')
     if verdict.evidence is not None:
         parts.append(evidence_section(verdict.evidence, verdict))
     body = "\n".join(parts)

@@ -19,15 +19,14 @@ from proxycheck.core.replay.plan import PlannedTurn
 
 
 class ReplayProgress:
-    """Per route and repetition: exchanges done of all, and counts by outcome. A rich live
-    display when the stream is a terminal, else one plain line per route when it ends. A context
+    """Per route and repetition: exchanges done of all, and counts by outcome; several at once
+    when routes are replayed at once (`check --parallel-routes`). A rich live display when the
+    stream is a terminal, else one plain line per route and repetition when it ends. A context
     manager: leaving it stops the display (also on Ctrl-C)."""
 
     def __init__(self, stream: TextIO = sys.stderr) -> None:
         self.stream = stream
-        self.counts: Counter[str] = Counter()
-        self.total = 0
-        self.label = ""
+        self.running: dict[tuple[str, int], tuple[Counter[str], int]] = {}  # in progress: counts, exchanges planned
         self.live: Live | None = None
         if stream.isatty():
             self.live = Live(console=Console(file=stream), refresh_per_second=8, transient=False)
@@ -40,33 +39,40 @@ class ReplayProgress:
                  tb: TracebackType | None) -> None:  # fmt: skip
         self.stop()
 
-    def _line(self) -> str:
-        done = sum(self.counts.values())
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "-"
-        return f"{self.label}: {done}/{self.total} exchanges; {counts}"
+    def _line(self, key: tuple[str, int]) -> str:
+        counts, total = self.running[key]
+        done = sum(counts.values())
+        said = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "-"
+        return f"{key[0]} #{key[1]}: {done}/{total} exchanges; {said}"
 
     def route_started(self, route: Route, repetition: int, turns: int) -> None:
-        self.counts = Counter()
-        self.total = turns
-        self.label = f"{route.name} #{repetition}"
+        self.running[(route.name, repetition)] = (Counter(), turns)
         self._refresh()
 
     def request(self, route: Route, turn: PlannedTurn, url: str, headers: dict[str, str], body: bytes) -> None:
         pass
 
     def observed(self, obs: Observation) -> None:
-        self.counts[obs.outcome.value] += 1
-        self._refresh()
+        running = self.running.get((obs.route, obs.repetition))
+        if running is not None:
+            running[0][obs.outcome.value] += 1
+            self._refresh()
 
     def route_ended(self, route: Route, repetition: int) -> None:
+        key = (route.name, repetition)
+        if key not in self.running:
+            return
+        line = self._line(key)
+        del self.running[key]
         if self.live is not None:
-            self.live.console.print(self._line())
+            self.live.console.print(line)
+            self._refresh()
         else:
-            print(f"proxycheck: {self._line()}", file=self.stream, flush=True)
+            print(f"proxycheck: {line}", file=self.stream, flush=True)
 
     def _refresh(self) -> None:
         if self.live is not None:
-            self.live.update(self._line())
+            self.live.update("\n".join(self._line(key) for key in self.running))
 
     def stop(self) -> None:
         if self.live is not None:

@@ -39,6 +39,7 @@ from proxycheck.core.diagnose.verdict import (
     Finding,
     NoiseFloor,
     RouteReport,
+    Scope,
     Verdict,
 )
 from proxycheck.core.exchange.observation import Observation
@@ -490,6 +491,13 @@ def missing_view(verdict: Verdict) -> list[RenderableType]:
     return parts
 
 
+def scope_view(scope: Scope) -> list[RenderableType]:
+    """What the check replayed for the verdict, and why (its passes)."""
+    parts: list[RenderableType] = [Text("What was replayed:", style="bold")]
+    parts.extend(Padding(Text(f"- {line}"), (0, 0, 0, 2)) for line in scope.said)
+    return parts
+
+
 def differences_view(differences: Sequence[str]) -> list[RenderableType]:
     parts: list[RenderableType] = [Text("What differed from the recording:", style="bold")]
     parts.extend(Padding(Text(f"- {d}"), (0, 0, 0, 2)) for d in differences)
@@ -568,6 +576,8 @@ def verdict_view(verdict: Verdict, width: int = 100) -> RenderableType:
     parts.extend(Text(line, style="dim") for line in key_lines(verdict))
     if verdict.differences:
         parts.extend(differences_view(verdict.differences))
+    if verdict.scope is not None:
+        parts.extend(scope_view(verdict.scope))
     if verdict.evidence is not None:
         parts.append(Text(""))
         parts.extend(timeline_view(verdict.evidence, width, verdict))

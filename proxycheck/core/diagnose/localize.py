@@ -265,6 +265,20 @@ class Localizer:
                                      routes=len(self.ladder) - 1)  # fmt: skip
         return route.judged
 
+    def failed_turns(self, name: str) -> set[tuple[str, int]]:
+        """(session, turn) of every exchange that fails on a route (none for a route not replayed)."""
+        return {(j.obs.session, j.obs.turn) for j in self.judged(name) if self._failed(j)}
+
+    def failed_turns_in(self, observations: Sequence[Observation]) -> set[tuple[str, int]]:
+        """(session, turn) of each of `observations` (one route's, replayed apart from this
+        localizer's runs: a confirmation) that fails, judged as this localizer judges: against its
+        noise floor, or, for the direct route, by their own outcomes."""
+        observations = list(observations)
+        if all(o.route == DIRECT for o in observations):
+            return {(o.session, o.turn) for o in observations if o.outcome.is_failure or o.outcome in self.fail_on}
+        judged = judge(observations, self._routes[DIRECT].observations, self.floor, routes=len(self.ladder) - 1)
+        return {(j.obs.session, j.obs.turn) for j in judged if self._failed(j)}
+
     def _failed(self, j: Judged) -> bool:
         return j.outcome.is_failure or j.outcome in self.fail_on
 

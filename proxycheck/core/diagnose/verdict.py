@@ -209,6 +209,51 @@ class SoFar:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplayedPass:
+    """One replay a check made on its way to the verdict: what it replayed (`sessions`, `turns`),
+    with which think times (`think`, in words), what it concluded, in how many seconds, and where
+    its observations are (`run`: "." for the run directory itself, else a folder inside it)."""
+
+    name: str
+    sessions: int
+    turns: int
+    think: str
+    verdict: str
+    summary: str
+    seconds: float
+    run: str = "."
+    routes_at_once: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "sessions": self.sessions, "turns": self.turns, "think": self.think,
+                "verdict": self.verdict, "summary": self.summary, "seconds": round(self.seconds, 3), "run": self.run,
+                "routes_at_once": self.routes_at_once}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a check replayed to reach its verdict, and why (docs/design.md, "Focus"): `replayed`
+    is "focus" (the failing sessions up to their first failure, with a clean sample) or "whole"
+    (every session of the recording); the counts are the deciding pass's, of the recording's;
+    `said` is the same in words, line by line, for the reports."""
+
+    replayed: str
+    why: str
+    sessions: int
+    of_sessions: int
+    turns: int
+    of_turns: int
+    think: dict[str, Any] = field(default_factory=dict)
+    passes: tuple[ReplayedPass, ...] = ()
+    said: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"replayed": self.replayed, "why": self.why, "sessions": self.sessions,
+                "of_sessions": self.of_sessions, "turns": self.turns, "of_turns": self.of_turns, "think": self.think,
+                "passes": [p.to_json() for p in self.passes], "said": list(self.said)}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     verdict: str
     culprit: str | None  # a hop name, ENGINE for `server`, None otherwise
@@ -228,6 +273,7 @@ class Verdict:
     sessions: tuple[SessionName, ...] = ()  # the labels and keys of the sessions observations name
     advice: tuple[Advice, ...] = ()  # once per hop and kind of finding, over every failing exchange
     suggestions: tuple[str, ...] = ()  # how to replay for better evidence (`suggestions`)
+    scope: Scope | None = None  # what check replayed to decide, and why (None: a run judged as it is)
 
     def session_label(self, session: str) -> str:
         """The label (s1, s2 ...) of a session id, as `proxycheck sessions` shows it."""
@@ -279,6 +325,7 @@ class Verdict:
             "sessions": [n.to_json() for n in self.sessions],
             "suggestions": list(self.suggestions),
             "advice": [a.to_json() for a in self.advice],
+            "scope": self.scope.to_json() if self.scope else None,
         }
 
 

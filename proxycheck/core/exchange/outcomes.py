@@ -120,7 +120,7 @@ _TERMINATORS = {
 }
 _TIMEOUT_WORDS = ("timeout", "timed out")
 _CONNECT_WORDS = ("connect", "refused", "resolve", "name or service", "unreachable", "tls", "certificate")
-_CLIENT_LEFT_WORDS = "client disconnected"  # mitmproxy's words when the client hung up
+CLIENT_LEFT_WORDS = "client disconnected"  # mitmproxy's words when the client hung up
 
 
 class Viewpoint(enum.Enum):
@@ -306,7 +306,7 @@ def recorded_error_kind(error: str, *, got_headers: bool) -> ErrorKind:
         return ErrorKind.READ_TIMEOUT
     if not got_headers and any(w in low for w in _CONNECT_WORDS):
         return ErrorKind.CONNECT
-    if _CLIENT_LEFT_WORDS in low:
+    if CLIENT_LEFT_WORDS in low:
         return ErrorKind.CLIENT_LEFT
     return ErrorKind.RESET
 

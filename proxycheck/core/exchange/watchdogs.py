@@ -13,6 +13,7 @@ DEFAULT_CONNECT = 10.0
 MIN_HEADERS = 30.0
 MIN_STALL = 10.0
 MIN_TOTAL = 300.0
+MIN_CLIENT_WAIT = 2.0  # the shortest wait of a recorded client that counts as its patience
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +35,10 @@ class Watchdogs:
       least five minutes, so a long answer is never cut.
 
     Only exchanges that completed normally feed the derivation: a recorded wedge must not widen
-    the timeouts meant to catch it.
+    the timeouts meant to catch it. Where the recording shows its client giving up on a silent
+    exchange after a wait (at least `MIN_CLIENT_WAIT`, and well beyond any recorded gap: not a
+    person cancelling), `headers` and `stall` are no longer than that wait: the replay judges
+    silence as the client did (`proxycheck.core.replay.plan.derive_watchdogs`).
     """
 
     connect: float = DEFAULT_CONNECT

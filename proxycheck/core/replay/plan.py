@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 from proxycheck.core.errors import BadInput
-from proxycheck.core.exchange.outcomes import Outcome
-from proxycheck.core.exchange.watchdogs import DEFAULT_CONNECT, MIN_HEADERS, MIN_STALL, MIN_TOTAL, Watchdogs
+from proxycheck.core.exchange.outcomes import CLIENT_LEFT_WORDS, Outcome
+from proxycheck.core.exchange.watchdogs import DEFAULT_CONNECT, MIN_CLIENT_WAIT, MIN_HEADERS, MIN_STALL, MIN_TOTAL, Watchdogs
 from proxycheck.core.protocol.result import Result, ToolCall
 from proxycheck.core.recording.bodies import join_body, prefix_digests
 from proxycheck.core.recording.journal import RecordedExchange
@@ -149,6 +149,11 @@ class RecordedOutcome:
     gaps: tuple[float, ...] = ()
     chunk_timing: bool = True
     result: Result | None = None
+    # A failed exchange the recorded client closed itself ("Client disconnected."): how long it had
+    # waited since the last progress (the response headers, or its last content event), and
+    # whether the headers had come. What `derive_watchdogs` may take as the client's patience.
+    client_waited: float | None = None
+    client_waited_for_headers: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +169,9 @@ class PlannedTurn:
     connection for this turn instead of reusing the session's current one. `redacted` lists what
     the recorder removed (`header:authorization`, `body:...`), so the replayer can say which
     credentials the chain file must supply; `left_out` the recorded forwarding headers not sent
-    (`x-forwarded-for`, ...: they belong to the recorded hops).
+    (`x-forwarded-for`, ...: they belong to the recorded hops). `recorded_at` is when the
+request was recorded, in seconds from the recording's first request (None for a plan made
+elsewhere): what tells which sessions were in flight together.
 
     A turn the client retried is planned once per attempt, each with the same `turn`: `attempt`
     of `attempts`. A retry's `think_time` is None and its `backoff` is the recorded gap between
@@ -190,6 +197,7 @@ class PlannedTurn:
     attempts: int = 1
     backoff: float | None = None
     left_out: tuple[str, ...] = ()
+    recorded_at: float | None = None  # the request's offset from the recording's first request
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +250,7 @@ def plan_sessions(
                 raise ValueError(f"session {summary.id} names exchange {ts.xid}, which is not in the recording")
             if ts.dialect is None and not include_non_llm:
                 continue
-            planned = _plan_turn(summary.id, ts, ex, resolve, prev)
+            planned = _plan_turn(summary.id, ts, ex, resolve, prev, origin)
             turns.append(planned)
             prev = (planned, ex)
         if turns:
@@ -259,6 +267,7 @@ def _plan_turn(
     ex: RecordedExchange,
     resolve: Callable[[str], bytes],
     prev: tuple[PlannedTurn, RecordedExchange] | None,
+    origin: float,
 ) -> PlannedTurn:
     client = ex.conn.client_id if ex.conn else None
     # Measured from the previous *planned* turn, so a skipped exchange in between counts as
@@ -289,6 +298,7 @@ def _plan_turn(
         attempts=ts.attempts,
         backoff=wait if retry else None,
         left_out=forwarding_left_out(ex.request_headers),
+        recorded_at=round(ex.t_request - origin, 6),
     )
 
 
@@ -312,6 +322,10 @@ def _new_connection(prev: PlannedTurn | None, client: str | None) -> bool:
 def _recorded(ts: TurnSummary, ex: RecordedExchange, facts: ExchangeAnalysis) -> RecordedOutcome:
     analysis = facts.response
     times = analysis.content_times if analysis is not None and ex.chunk_timing else ()
+    waited = None
+    if ts.outcome.is_failure and ex.t_error is not None and CLIENT_LEFT_WORDS in (ex.error or "").lower():
+        progress = [t for t in (ex.t_request, ex.t_response, analysis.last_content if analysis else None) if t is not None]
+        waited = round(ex.t_error - max(progress), 6)
     return RecordedOutcome(
         outcome=ts.outcome,
         detail=ts.detail,
@@ -322,6 +336,8 @@ def _recorded(ts: TurnSummary, ex: RecordedExchange, facts: ExchangeAnalysis) ->
         gaps=tuple(round(b - a, 6) for a, b in zip(times, times[1:])),
         chunk_timing=ex.chunk_timing,
         result=analysis.result if analysis is not None else None,
+        client_waited=waited if ex.chunk_timing else None,
+        client_waited_for_headers=ex.t_response is None,
     )
 
 
@@ -381,13 +397,23 @@ def start_delay(session: PlannedSession, pace: Pace) -> float:
 # Watchdogs
 
 def derive_watchdogs(sessions: Iterable[PlannedSession]) -> Watchdogs:
-    """The default watchdogs for replaying these sessions (see `Watchdogs`)."""
+    """The default watchdogs for replaying these sessions (see `Watchdogs`).
+
+    Where the recording shows its client giving up on a silent exchange (it closed the connection
+    itself, `client_waited` after the last progress), the replay waits no longer than that client
+    did: the headers watchdog for a wait before the headers, the stall watchdog for one after.
+    Only a wait that is clearly patience counts, not a person cancelling a stream: at least
+    `MIN_CLIENT_WAIT`, and five times the longest gap any recorded exchange had; the longest such
+    wait is taken, and never one above the derived default."""
     header_times: list[float] = []
     durations: list[float] = []
     gaps: list[float] = []
+    waits: list[RecordedOutcome] = []
     for session in sessions:
         for turn in session.turns:
             rec = turn.recorded
+            if rec.client_waited is not None:
+                waits.append(rec)
             if rec.outcome.is_failure:
                 continue
             if rec.headers_time is not None:
@@ -395,10 +421,15 @@ def derive_watchdogs(sessions: Iterable[PlannedSession]) -> Watchdogs:
             if rec.duration is not None:
                 durations.append(rec.duration)
             gaps.extend(rec.gaps)
+    headers = max(MIN_HEADERS, 3 * max(header_times, default=0.0))
+    stall = max(MIN_STALL, 5 * p99(gaps))
+    patient = max(MIN_CLIENT_WAIT, 5 * max(gaps, default=0.0))
+    before = [r.client_waited for r in waits if r.client_waited_for_headers and r.client_waited >= patient]  # type: ignore[operator]
+    after = [r.client_waited for r in waits if not r.client_waited_for_headers and r.client_waited >= patient]  # type: ignore[operator]
     return Watchdogs(
         connect=DEFAULT_CONNECT,
-        headers=max(MIN_HEADERS, 3 * max(header_times, default=0.0)),
-        stall=max(MIN_STALL, 5 * p99(gaps)),
+        headers=min(headers, max(before)) if before else headers,  # type: ignore[type-var]
+        stall=min(stall, max(after)) if after else stall,  # type: ignore[type-var]
         total=max(MIN_TOTAL, 3 * max(durations, default=0.0)),
     )
 

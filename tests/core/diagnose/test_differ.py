@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import time
 from dataclasses import replace
 
 import pytest
@@ -684,14 +683,12 @@ def test_a_buffering_hop_is_found_through_the_jitter() -> None:
 # -- scale -----------------------------------------------------------------------------------------
 
 
-def test_ten_thousand_observations_are_judged_quickly() -> None:
+def test_ten_thousand_observations_are_judged() -> None:
+    # How fast is benchmarks/bench_check.py's (b), measured beside the least any analysis must do.
     turns = 1000
     reference = [ex(t, rep=r, session=f"s{t % 7}", n=40) for r in (1, 2) for t in range(turns)]
     routes = [replace(o, route=f"via:h{h}") for h in range(5) for o in reference]  # 10,000
-    start = time.perf_counter()
     floor = noise_floor(reference)
     judged = judge(routes, reference, floor)
-    elapsed = time.perf_counter() - start
     assert len(judged) == 10_000 and floor.pairs == turns
     assert outcomes(judged) == ["ok"] * 10_000
-    assert elapsed < 1.0, f"{elapsed:.2f} s"

@@ -70,7 +70,8 @@ class Rec:
 
     def add(self, t: float, body: bytes, *, url: str = CHAT, method: str = "POST", headers=(), client=None,
             http: str | None = "HTTP/1.1", headers_after: float = 0.1, events=CLEAN,
-            gap: float = 0.05, end: bool = True, error: str | None = None, status: int | None = 200) -> int:
+            gap: float = 0.05, end: bool = True, error: str | None = None, status: int | None = 200,
+            error_after: float = 0.01) -> int:
         x = self.w.request(method, url, list(headers), body, t=t, http_version=http,
                            conn={"client_id": client} if client else None)
         if status is not None:
@@ -81,7 +82,7 @@ class Rec:
             last = t + headers_after + (i + 1) * gap
             self.w.data(x, ev, t=last)
         if error is not None:
-            self.w.error(x, error, t=last + 0.01)
+            self.w.error(x, error, t=last + error_after)
         elif end:
             self.w.end(x, t=last + 0.01)
         return x
@@ -340,6 +341,29 @@ def test_failed_exchanges_do_not_widen_the_watchdogs(tmp_path: Path) -> None:
     r.add(2.0, chat("wedged"), events=[delta("a"), delta("b")], gap=60.0, error="read timed out")
     r.add(3.0, chat("never"), headers_after=100.0, end=False)
     assert derive_watchdogs(r.plan()) == Watchdogs()
+
+
+def test_the_replay_waits_no_longer_than_the_recorded_client_did(tmp_path: Path) -> None:
+    r = Rec(tmp_path / "r")
+    r.add(1.0, chat("ok"), events=[delta("a"), delta("b", "stop"), DONE], gap=0.05)
+    # The client gave up 4 s after the last content of a stream, and 6 s after sending a request
+    # that never got its headers (6.1 s after the request): the replay judges silence as that client did.
+    r.add(2.0, chat("stalled"), events=[delta("a"), delta("b")], gap=0.05, error="Client disconnected.", error_after=4.0)
+    r.add(9.0, chat("no headers"), status=None, events=[], error="Client disconnected.", error_after=6.0)
+    wd = derive_watchdogs(r.plan())
+    assert wd.stall == pytest.approx(4.0) and wd.headers == pytest.approx(6.1)
+
+
+def test_a_person_cancelling_a_stream_or_a_hop_cutting_it_is_no_patience(tmp_path: Path) -> None:
+    r = Rec(tmp_path / "r")
+    r.add(1.0, chat("ok"), events=[delta("a")] * 3 + [delta("b", "stop"), DONE], gap=0.5)
+    # Esc pressed 0.3 s into a stream; a wait shorter than five times a gap the recording shows
+    # (0.5 s); a cut the client did not make; a patience longer than the default.
+    r.add(2.0, chat("cancelled"), events=[delta("a")], error="Client disconnected.", error_after=0.3)
+    r.add(3.0, chat("impatient"), events=[delta("a")], error="Client disconnected.", error_after=2.4)
+    r.add(4.0, chat("cut"), events=[delta("a")], error="Server disconnected.", error_after=3.0)
+    r.add(5.0, chat("patient"), events=[delta("a")], error="Client disconnected.", error_after=300.0)
+    assert derive_watchdogs(r.plan()).stall == 10.0
 
 
 def test_watchdog_overrides() -> None:
