@@ -10,7 +10,16 @@
     (`direct` twice, then `via:c`, `via:b`, `via:a`; realistic streamed exchanges of ~40 content
     events; hop `b` stalls a fixed set of exchanges mid-stream) judged by `proxycheck diff RUN
     --json F` in-process, beside the least any analysis must do: read the observations file and
-    `json.loads` every line.
+    `json.loads` every line;
+(c) time to verdict on a long recording: 50 agent sessions over 10 minutes (think times 5-60 s,
+    OpenAI chat streams whose history grows by tool results), one of them wedging at its turn 3
+    about 6 minutes in (its client gives up after 30 s of silence), checked on the demo's chain
+    (`edge` records, `gateway` stalls that session's turn 3 alone): `proxycheck check` in-process,
+    its wall time against the recording's duration (goal: ratio <= 0.25; replaying the whole
+    recording at its own pace over the ladder takes about 4 times it), and whether the verdict is
+    right (proxy, culprit gateway, first turn 3, the wedged session). The recording is made in
+    seconds (`long_recording.py`): every request answered once by the engine, the journal written
+    at synthetic times. `--scale 0.1` makes the same shape in a tenth of the time.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from long_recording import LongSpec, answer_sessions, write_long_recording
 
 from proxycheck import cli
 from proxycheck.commands.demo import _SCRIPTS, STALL_AFTER_EVENTS, STALL_FROM_BYTES, STALL_TIMEOUT
@@ -287,19 +298,186 @@ def analysis(count: int, rounds: int) -> dict[str, Any]:
     }
 
 
+# -------------------------------------------------------------------- (c) a long recording
+#
+# The recording is synthetic in its times only (long_recording.py): the requests are the synthetic
+# agent's, the answers the engine's own. The gateway stalls after STALL_AFTER_EVENTS events the
+# requests larger than the wedged session's `min_body` from turn 3 on: that session's turn 3
+# alone, as recorded. `check` runs with its defaults (its stall watchdog is derived from the
+# recorded client's patience), plus whatever `--long-check-args` adds.
+
+WEDGE_TURN = 3
+LONG_GOAL = 0.25
+
+
+def listed(recording: Path) -> dict[str, Any]:
+    """`proxycheck sessions DIR --json`, in-process: the listing a user would see."""
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(io.StringIO()):
+        status = cli.main(["sessions", str(recording), "--json"])
+    if status != 0:
+        raise RuntimeError(f"proxycheck sessions {recording} exited {status}")
+    return json.loads(sink.getvalue())
+
+
+def check_listing(doc: dict[str, Any], spec: LongSpec, wedged_xid: int) -> str:
+    """The wedged session's label, once the listing shows what the recording was made to hold:
+    every session, and one failed turn, the wedged one, at WEDGE_TURN."""
+    if doc["warnings"] or len(doc["sessions"]) != spec.sessions:
+        raise RuntimeError(f"the listing shows {len(doc['sessions'])} session(s), not {spec.sessions}; "
+                           f"warnings: {doc['warnings']}")  # fmt: skip
+    failed = [(s["label"], t) for s in doc["sessions"] for t in s["turns"] if t["outcome"] != "ok"]
+    if len(failed) != 1 or failed[0][1]["exchange"] != wedged_xid or failed[0][1]["turn"] != WEDGE_TURN:
+        raise RuntimeError(f"the listing's failed turns are not the wedged one at turn {WEDGE_TURN}: "
+                           f"{[(label, t['turn'], t['exchange'], t['outcome']) for label, t in failed]}")  # fmt: skip
+    return failed[0][0]
+
+
+def long_time_to_verdict(spec: LongSpec, check_args: list[str], keep: bool = False) -> dict[str, Any]:
+    """(c); `keep` leaves the recording, the run and the processes' logs in a temporary directory."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-check-long-"))
+    started: list[Managed] = []
+    try:
+        for name, text in _SCRIPTS.items():
+            (tmp / name).write_text(text)
+        engine = start_engine("--token-interval", "0.01", "--ttft-per-kb", "0.001", "--tool-call-rate", "0.9",
+                              log_dir=tmp)  # fmt: skip
+        started.append(engine)
+        answered = answer_sessions(engine.url, spec)  # the gateway's min_body depends on the bodies
+        faults = ("--set", f"proxycheck_fault_stall_after={STALL_AFTER_EVENTS}",
+                  "--set", f"proxycheck_fault_min_body={answered.min_body}",
+                  "--set", f"proxycheck_fault_from_turn={WEDGE_TURN}")  # fmt: skip
+        gateway = start_mitmdump("--mode", f"reverse:{engine.url}", "-s", str(tmp / "faults_addon.py"), *faults,
+                                 log_dir=tmp)  # fmt: skip
+        started.append(gateway)
+        edge = start_mitmdump("--mode", f"reverse:{gateway.url}", "-s", str(tmp / "record_addon.py"),
+                              "--set", f"proxycheck_out={tmp / 'edge-recording'}", log_dir=tmp)  # fmt: skip
+        started.append(edge)
+        t0 = time.monotonic()
+        recording = write_long_recording(tmp / "recording", gateway.url, spec, answered)
+        written = time.monotonic() - t0
+        wedged = check_listing(listed(recording.path), spec, recording.wedged_xid)
+
+        chain = tmp / "chain.toml"
+        chain.write_text(f'engine = "{engine.url}"\n[[hop]]\nname = "edge"\nurl = "{edge.url}"\n'
+                         f'[[hop]]\nname = "gateway"\nurl = "{gateway.url}"\n')  # fmt: skip
+        run_dir, verdict_file = tmp / "check-run", tmp / "verdict.json"
+        argv = ["check", str(recording.path), "--chain", str(chain), "--out", str(run_dir), "--json", str(verdict_file),
+                *check_args]  # fmt: skip
+        status, total = quiet_cli(argv)
+        verdict = json.loads(verdict_file.read_text())
+    finally:
+        for proc in reversed(started):
+            proc.stop()
+        if keep:
+            print(f"(c) kept in {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    sessions_blamed = sorted({f.get("label") or f["session"] for f in verdict["findings"]})
+    wrong = [what for what, ok in (
+        (f"verdict {verdict['verdict']}, not proxy", verdict["verdict"] == "proxy"),
+        (f"culprit {verdict['culprit']}, not gateway", verdict["culprit"] == "gateway"),
+        (f"first turn {verdict['first_turn']}, not {WEDGE_TURN}", verdict["first_turn"] == WEDGE_TURN),
+        (f"failing session(s) {sessions_blamed}, not {wedged}", sessions_blamed == [wedged]),
+    ) if not ok]  # fmt: skip
+    scope = verdict.get("scope") or {}
+    return {
+        "sessions": recording.sessions,
+        "exchanges": recording.exchanges,
+        "recording_s": round(recording.span, 1),
+        "think_s": list(spec.think),
+        "client_wait_s": spec.client_wait,
+        "wedged_session": wedged,
+        "wedged_at_s": round(recording.wedged_start, 1),
+        "made_s": round(answered.seconds + written, 1),
+        "check_args": check_args,
+        "check_s": round(total, 1),
+        "ratio": round(total / recording.span, 3),
+        "goal": LONG_GOAL,
+        "exit": status,
+        "verdict": verdict["verdict"],
+        "culprit": verdict["culprit"],
+        "first_turn": verdict["first_turn"],
+        "sessions_blamed": sessions_blamed,
+        "right": not wrong,
+        "wrong": wrong,
+        "summary": verdict["summary"],
+        "replayed": scope.get("replayed"),
+        "replayed_sessions": scope.get("sessions"),
+        "replayed_turns": scope.get("turns"),
+        "passes": [{k: p.get(k) for k in ("name", "sessions", "turns", "verdict", "seconds")} for p in scope.get("passes", [])],
+    }
+
+
+def print_long(v: dict[str, Any]) -> None:
+    lo, hi = v["think_s"]
+    print(f"time to verdict on a long recording ({v['sessions']} agent sessions, {v['exchanges']} turns over "
+          f"{v['recording_s']:.0f} s, think times {lo:g}-{hi:g} s; {v['wedged_session']} wedges at turn {WEDGE_TURN} "
+          f"{v['wedged_at_s']:.0f} s in, its client giving up after {v['client_wait_s']:g} s; made in {v['made_s']:.0f} s):")  # fmt: skip
+    args = f" {' '.join(v['check_args'])}" if v["check_args"] else ""
+    print(f"  check{args}  {v['check_s']:6.1f} s  recording {v['recording_s']:6.1f} s  ratio {v['ratio']:.2f} "
+          f"(goal <= {v['goal']:g}; the whole recording at its pace: about 4)")  # fmt: skip
+    for p in v["passes"]:
+        print(f"    pass {p['name']}: {p['sessions']} sessions, {p['turns']} turns, {p['seconds']:.1f} s -> {p['verdict']}")
+    culprit = f", culprit {v['culprit']}" if v["culprit"] else ""
+    judged = "right" if v["right"] else "WRONG: " + "; ".join(v["wrong"])
+    print(f"  verdict {v['verdict']}{culprit}, first turn {v['first_turn']}, sessions {', '.join(v['sessions_blamed']) or '-'}: "
+          f"{judged}")  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=2, help="agent sessions recorded for (a) (the demo's: 2)")
     ap.add_argument("--turns", type=int, default=6, help="turns per agent session for (a) (the demo's: 6)")
     ap.add_argument("--observations", type=int, default=10_000, help="size of the synthetic run for (b)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of (b); the best of each side counts")
+    ap.add_argument("--long-sessions", type=int, default=LongSpec.sessions, help="sessions of (c)'s recording (50)")
+    ap.add_argument("--long-duration", type=float, default=LongSpec.duration, help="seconds (c)'s recording spans (600)")
+    ap.add_argument("--long-think", type=_range, default=LongSpec.think, metavar="MIN,MAX",
+                    help="think times of (c)'s recording, seconds (5,60)")  # fmt: skip
+    ap.add_argument("--client-wait", type=float, default=LongSpec.client_wait,
+                    help="seconds the wedged session's client waited on the stall before it gave up (30)")  # fmt: skip
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="(c) in this fraction of the time: duration, think times and the client's wait scaled "
+                         "(0.1: a one-minute recording)")  # fmt: skip
+    ap.add_argument("--long-check-args", default="", metavar="ARGS",
+                    help="more arguments for (c)'s check, e.g. '--parallel-routes' or '--full'")  # fmt: skip
+    ap.add_argument("--sections", default="abc", help="which sections to run (default: abc)")
+    ap.add_argument("--keep", action="store_true", help="keep (c)'s recording, run and logs (their directory is printed)")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
 
-    verdicts = time_to_verdict(args.sessions, args.turns)
-    big = analysis(args.observations, args.rounds)
-    figures = {"time_to_verdict": verdicts, "analysis": big}
+    figures: dict[str, Any] = {}
+    if "a" in args.sections:
+        figures["time_to_verdict"] = verdicts = time_to_verdict(args.sessions, args.turns)
+    if "b" in args.sections:
+        figures["analysis"] = big = analysis(args.observations, args.rounds)
+    if "c" in args.sections:
+        spec = LongSpec(sessions=args.long_sessions, duration=args.long_duration, think=args.long_think,
+                        client_wait=args.client_wait).scaled(args.scale)  # fmt: skip
+        figures["long_recording"] = long = long_time_to_verdict(spec, args.long_check_args.split(), args.keep)
+    if "a" in args.sections:
+        print_demo(args, verdicts)
+    if "b" in args.sections:
+        print_analysis(args, big)
+    if "c" in args.sections:
+        print_long(long)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0 if "c" not in args.sections or long["right"] else 1
 
+
+def _range(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not MIN,MAX (seconds)") from None
+    if not 0 <= lo <= hi:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= MIN <= MAX")
+    return lo, hi
+
+
+def print_demo(args: argparse.Namespace, verdicts: dict[str, dict[str, Any]]) -> None:
     print(f"time to verdict on the demo chain ({args.sessions} agent sessions of up to {args.turns} turns, "
           f"--stall-timeout {STALL_TIMEOUT:g}); traffic = the replayed exchanges' own wall time:")  # fmt: skip
     for name, label in (("faulty_chain", "faulty gateway"), ("fixed_chain", "gateway fixed ")):
@@ -309,15 +487,15 @@ def main() -> int:
               f"(overhead {v['overhead_s']:.2f} s)  ratio {v['ratio']:.2f} (goal <= 1.5)")  # fmt: skip
         culprit = f", culprit {v['culprit']}" if v["culprit"] else ""
         print(f"                  {v['replays']} replays ({routes}): {v['verdict']}{culprit}")
+
+
+def print_analysis(args: argparse.Namespace, big: dict[str, Any]) -> None:
     print(f"analysis of a run of {big['observations']:,} observations ({big['file_mb']} MB), best of {args.rounds}:")
     print(f"  proxycheck diff --json     CPU {big['diff_cpu_s']:6.2f} s  wall {big['diff_wall_s']:6.2f} s  "
           f"(goal <= 5 s): {big['verdict']}, culprit {big['culprit']} ({big['failing'][0]}/{big['failing'][1]} "
           "failing on its route)")  # fmt: skip
     print(f"  read + json.loads per line CPU {big['read_json_cpu_s']:6.2f} s  wall {big['read_json_wall_s']:6.2f} s")
     print(f"  ratio ours/baseline        CPU {big['ratio_cpu']:.1f}  wall {big['ratio_wall']:.1f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@
     `vllm bench serve` uses (goal >= 0.8 for aiohttp), and against one that only counts lines;
 (b) at 64 concurrent sessions replayed by `proxycheck.io.replayer.replay`: the p99 of
     |replayed - recorded| think time (goal <= 5 ms) with the sessions' starts spread over a think
-    time as recorded sessions' are (and, for scale, all in lockstep), and the p99 of how late the
-    stall watchdog cuts a stalled stream beyond its configured timeout (goal <= 50 ms).
+    time as recorded sessions' are (and, for scale, all in lockstep), against the same replay
+    with its sessions woken by plain `asyncio.sleep` (how the replayer slept before its alarms:
+    `plain_sleeps`), in alternating rounds; and the p99 of how late the stall watchdog cuts a
+    stalled stream beyond its configured timeout (goal <= 50 ms).
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Iterator
 
 import aiohttp
 
@@ -27,6 +31,7 @@ from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.exchange.watchdogs import Watchdogs
 from proxycheck.core.replay.chain import Route
 from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, RecordedOutcome, p99
+from proxycheck.io import replayer as replayer_module
 from proxycheck.io.procs import start_engine
 from proxycheck.io.replayer import ReplayOptions, replay
 
@@ -151,6 +156,50 @@ def think_errors(observations: list[Observation], think: float) -> list[float]:
     return errors
 
 
+@contextmanager
+def plain_sleeps() -> Iterator[None]:
+    """The baseline of (b): every wait of the replay slept with `asyncio.sleep` and nothing
+    woken between reads, as the replayer did before its alarms (`proxycheck.io.replayer._Alarms`);
+    the rest of the replay is the same."""
+    alarms = replayer_module._Alarms
+    saved = alarms.sleep_until, alarms.ring
+
+    async def sleep_until(self: object, when: float) -> None:
+        delay = when - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    alarms.sleep_until, alarms.ring = sleep_until, lambda self: None  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        alarms.sleep_until, alarms.ring = saved  # type: ignore[method-assign]
+
+
+def timing(url: str, rounds: int, think: float) -> dict[str, list[float]]:
+    """|replayed - recorded| think times of 64 sessions of 4 turns, for each way of waking
+    (the replayer's, `plain_sleeps`) and each start pattern, pooled over `rounds` rounds that
+    alternate them, so the machine's noise hits all alike. A first replay, not counted, warms up."""
+    errors: dict[str, list[float]] = {}
+    asyncio.run(replayed(url, sessions(64, 4, think, 16, think), ReplayOptions(watchdogs=WATCHDOGS)))
+    for _ in range(rounds):
+        # Recorded sessions start at different times; lockstep (all 64 start, and so wake from
+        # their think times, in the same millisecond) is the worst case, shown for scale.
+        for starts, spread in (("staggered", think), ("lockstep", 0.0)):
+            for waking in ("replayer", "plain_sleep"):
+                plan = sessions(64, 4, think, 16, spread)
+                with plain_sleeps() if waking == "plain_sleep" else nullcontext():
+                    observed = asyncio.run(replayed(url, plan, ReplayOptions(watchdogs=WATCHDOGS)))
+                errors.setdefault(f"{starts}_{waking}", []).extend(think_errors(observed, think))
+    return errors
+
+
+def _ms(values: list[float], q: float) -> float:
+    """The q-quantile by nearest rank, in ms (q = 0.99 is `p99`'s)."""
+    ordered = sorted(values)
+    return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)] * 1000, 2)
+
+
 def stall_lateness(observations: list[Observation], stall: float) -> list[float]:
     """How long after `stall` seconds without progress each stalled exchange was cut."""
     late = []
@@ -164,6 +213,7 @@ def stall_lateness(observations: list[Observation], stall: float) -> list[float]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--turns", type=int, default=16, help="requests per session in the throughput measurement")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the think-time measurement (each replay in each)")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
 
@@ -173,13 +223,7 @@ def main() -> int:
     try:
         rates = throughput(fast.url, 256, args.turns)
         think, stall = 0.2, 0.5
-        # Recorded sessions start at different times; lockstep (all 64 start, and so wake from
-        # their think times, in the same millisecond) is the worst case, shown for scale.
-        errors = {}
-        for name, spread in (("staggered", think), ("lockstep", 0.0)):
-            plan = sessions(64, 4, think, 16, spread)
-            observed = asyncio.run(replayed(paced.url, plan, ReplayOptions(watchdogs=WATCHDOGS)))
-            errors[name] = think_errors(observed, think)
+        errors = timing(paced.url, max(1, args.rounds), think)
         stall_wd = Watchdogs(connect=10.0, headers=30.0, stall=stall, total=120.0)
         obs = asyncio.run(replayed(stalling.url, sessions(64, 1, think, 16), ReplayOptions(watchdogs=stall_wd)))
         late = stall_lateness(obs, stall)
@@ -194,13 +238,25 @@ def main() -> int:
             for base in ("vllm_style", "lines_only")
         },
         "sessions_64": {
-            "think_error_p99_ms": round(p99(errors["staggered"]) * 1000, 2),
-            "think_error_p99_ms_lockstep": round(p99(errors["lockstep"]) * 1000, 2),
+            # think_error_p99_ms, think_error_p99_ms_lockstep, ..._plain_sleep: the baseline's
+            f"think_error_{q}_ms{'' if starts == 'staggered' else '_lockstep'}{'' if waking == 'replayer' else '_plain_sleep'}":
+                _ms(errors[f"{starts}_{waking}"], level)
+            for starts in ("staggered", "lockstep")
+            for waking in ("replayer", "plain_sleep")
+            for q, level in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))
+        }
+        | {
+            "think_times": len(errors["staggered_replayer"]),
             "stall_late_p99_ms": round(p99(late) * 1000, 2),
             "stalled_exchanges": len(late),
         },
-    }
-    s, r = figures["streams_256"], figures["sessions_64"]
+    }  # fmt: skip
+    r = figures["sessions_64"]
+    for starts in ("", "_lockstep"):
+        r[f"ratio_think_error_p99{starts}_plain_sleep_to_replayer"] = round(
+            r[f"think_error_p99_ms{starts}_plain_sleep"] / max(r[f"think_error_p99_ms{starts}"], 0.01), 2
+        )
+    s = figures["streams_256"]
     print(f"SSE events/s at 256 concurrent streams, {TOKENS}-token answers, no token delay")
     print("(ratios: to the vllm-style client, to the lines-only one):")
     print(f"  vllm-style aiohttp client {s['vllm_style']:>9,}")
@@ -212,6 +268,12 @@ def main() -> int:
     print("64 concurrent sessions replayed (16-token answers at 2 ms a token, 0.2 s think times):")
     print(f"  think time |replayed - recorded| p99 {r['think_error_p99_ms']:.2f} ms, staggered starts (goal <= 5 ms); "
           f"{r['think_error_p99_ms_lockstep']:.2f} ms in lockstep")  # fmt: skip
+    print(f"  over {r['think_times']} think times each, p50 / p99 / max, and against sessions woken by plain asyncio.sleep:")
+    for starts, label in (("", "staggered"), ("_lockstep", "lockstep")):
+        ours = " / ".join(f"{r[f'think_error_{q}_ms{starts}']:.2f}" for q in ("p50", "p99", "max"))
+        plain = " / ".join(f"{r[f'think_error_{q}_ms{starts}_plain_sleep']:.2f}" for q in ("p50", "p99", "max"))
+        print(f"    {label:<9} replayer {ours} ms; asyncio.sleep {plain} ms; "
+              f"p99 ratio {r[f'ratio_think_error_p99{starts}_plain_sleep_to_replayer']:.1f}x")  # fmt: skip
     print(f"  stall cut beyond its timeout p99 {r['stall_late_p99_ms']:.2f} ms over {r['stalled_exchanges']} "
           "stalls (goal <= 50 ms)")  # fmt: skip
     if args.json:

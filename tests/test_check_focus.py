@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
-from focus_checks import Parts, check, long_recording, sent_thinks, start_parts
+from focus_checks import BIG, Parts, check, long_recording, sent_thinks, start_parts
 from processes import EngineFactory, MitmdumpFactory
 from timed_recordings import Session, Turn, write
 
@@ -52,8 +52,9 @@ def test_a_wedge_is_found_on_the_focus_with_think_times_shortened(parts: Parts, 
 
 def test_a_wedge_that_needs_its_idle_is_found_when_the_idle_is_kept(parts: Parts, tmp_path: Path) -> None:
     # The idler never answers a request on a connection idle for over 2 s; the recorded session
-    # failed on its kept-alive connection after 3 s of think time, the client giving up 2 s later.
-    failing = Session(start=0, turns=[Turn(), Turn(think=0.5), Turn(think=3, fails=True, waited=2, before_headers=True)],
+    # failed on its kept-alive connection after 6 s of think time (longer than httpx keeps an idle
+    # connection by itself), the client giving up 2 s later.
+    failing = Session(start=0, turns=[Turn(), Turn(think=0.5), Turn(think=6, fails=True, waited=2, before_headers=True)],
                       name="idle")  # fmt: skip
     clean = [Session(start=60 + 30 * i, turns=[Turn(), Turn(think=10), Turn(think=10)], new_connections=True)
              for i in range(4)]  # fmt: skip
@@ -68,7 +69,7 @@ def test_a_wedge_that_needs_its_idle_is_found_when_the_idle_is_kept(parts: Parts
     assert load_run(out / "passes" / "1-focus").observations  # the earlier pass is kept, a run of its own
     finding = doc["findings"][0]
     assert (finding["label"], finding["turn"], finding["outcome"]) == ("s1", 3, "stall_before_headers")
-    assert sent_thinks(out)[finding["session"]][-1] >= 3  # the failure's idle, as recorded
+    assert sent_thinks(out)[finding["session"]][-1] >= 6  # the failure's idle, as recorded, on the same connection
     # The headers watchdog: as long as the recorded client waited for them.
     assert json.loads((out / "run.json").read_text())["options"]["watchdogs"]["headers"] == pytest.approx(2.0, abs=0.1)
     # diff of the run judges what the verdict was made of.
@@ -85,3 +86,20 @@ def test_a_recording_without_failures_is_replayed_whole_with_short_think_times(p
     assert doc["scope"]["think"]["shortened"] == 6
     assert all(w < 5 for waits in sent_thinks(out).values() for w in waits)
     assert len({o.session for o in load_run(out).observations}) == 3
+
+
+def test_a_pass_with_shortened_think_times_stands_only_on_the_recorded_failure(parts: Parts, tmp_path: Path) -> None:
+    # The recording shows s1 failing at turn 3; the gateway (changed since) stalls another
+    # session at its turn 3 instead. Shortened think times are not backed by the recording, so
+    # that pass may not decide on a failure the recording does not show; the next one, with the
+    # recorded idle, is a replay as faithful as the whole recording's and may.
+    s1 = Session(start=0, turns=[Turn(), Turn(think=2), Turn(think=3, fails=True), Turn(think=1)])
+    picked = Session(start=30, turns=[Turn(), Turn(think=1), Turn(think=1), Turn(think=1)], system=BIG)
+    others = [Session(start=60 + 30 * i, turns=[Turn(), Turn(think=1), Turn(think=1), Turn(think=1)]) for i in range(2)]
+    recording = write(tmp_path / "rec", parts.engine.url, [s1, picked, *others])
+    status, doc, _ = check(tmp_path, recording, parts.chain(tmp_path, "gateway"))
+    assert status == 1 and doc["verdict"] == "proxy" and doc["culprit"] == "gateway", doc["summary"]
+    first, second = doc["scope"]["passes"]
+    assert first["name"] == "focus" and first["verdict"] == "proxy"
+    assert first["summary"].endswith("next pass: the recorded failures did not fail again at their own turns")
+    assert second["name"] == "focus, idle kept" and second["run"] == "."

@@ -9,7 +9,8 @@ the network does (refusal, silence, reset, an error status, garbage) escapes as 
 becomes the outcome.
 
 Two client stacks, one behaviour: `observe_httpx` (the SDKs' stack, used by the replayer and the
-synthetic agent) and `observe_aiohttp` (for high-concurrency benchmarks). Each is a thin adapter
+synthetic agent) and `observe_aiohttp` (for high-concurrency benchmarks); `prepare_httpx` and
+`prepare_aiohttp` do all of it that precedes sending, for a caller that sends at a set moment. Each is a thin adapter
 (`_HttpxStack`, `_AiohttpStack`: send, chunks, close, what an exception means, what the
 connection was) under one driver (`_observe`), so the two stacks cannot drift apart.
 
@@ -34,7 +35,7 @@ import asyncio
 import time
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Callable, Mapping
 
 import aiohttp
 import httpx
@@ -60,7 +61,10 @@ from proxycheck.core.exchange.watchdogs import Watchdogs
 from proxycheck.core.protocol.httpsyntax import header_problem
 from proxycheck.core.protocol.result import Result
 
-__all__ = ["ConnState", "Observed", "Watchdogs", "aiohttp_trace_config", "observe_aiohttp", "observe_httpx"]
+__all__ = [
+    "ConnState", "Observed", "PreparedExchange", "Watchdogs", "aiohttp_trace_config", "observe_aiohttp", "observe_httpx",
+    "prepare_aiohttp", "prepare_httpx",
+]  # fmt: skip
 
 
 class ConnState:
@@ -120,16 +124,19 @@ async def observe_httpx(
     watchdogs: Watchdogs = DEFAULT_WATCHDOGS,
     clock_origin: float | None = None,
     conn_state: ConnState | None = None,
+    after_each_read: Callable[[], None] | None = None,
 ) -> Observed:
     """Send one request on `client` and observe it. `clock_origin` is the run's start on the
-    monotonic clock (None: the request's own start); `conn_state` is the session's. A request
-    the client cannot send raises `ClientFault` (see `_sendable`)."""
-    _sendable(method, url, headers)
-    try:
-        stack = _HttpxStack(client, method, url, headers, body, watchdogs)
-    except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
-        raise _client_fault(f"{method} {url}", exc) from None
-    return await _observe(stack, body, dialect, streamed, watchdogs, clock_origin, conn_state or ConnState())
+    monotonic clock (None: the request's own start); `conn_state` is the session's;
+    `after_each_read` is called after each step that handled what the network sent (the response
+    headers, each read of the body, its end, the connection's release): the replayer wakes its
+    sessions due to send there (`proxycheck.io.replayer`, "Waking on time"). A request the
+    client cannot send raises `ClientFault` (see `_sendable`)."""
+    prepared = prepare_httpx(
+        client, method, url, headers, body, dialect=dialect, streamed=streamed, watchdogs=watchdogs,
+        clock_origin=clock_origin, conn_state=conn_state, after_each_read=after_each_read,
+    )  # fmt: skip
+    return await prepared.observe()
 
 
 async def observe_aiohttp(
@@ -144,14 +151,89 @@ async def observe_aiohttp(
     watchdogs: Watchdogs = DEFAULT_WATCHDOGS,
     clock_origin: float | None = None,
     conn_state: ConnState | None = None,
+    after_each_read: Callable[[], None] | None = None,
 ) -> Observed:
     """As `observe_httpx`, on an aiohttp session created with `aiohttp_trace_config()` among its
     `trace_configs` (ValueError otherwise: without it connection reuse cannot be seen)."""
+    prepared = prepare_aiohttp(
+        session, method, url, headers, body, dialect=dialect, streamed=streamed, watchdogs=watchdogs,
+        clock_origin=clock_origin, conn_state=conn_state, after_each_read=after_each_read,
+    )  # fmt: skip
+    return await prepared.observe()
+
+
+class PreparedExchange:
+    """One request made ready (checked, built by its client, its machine made) but not sent:
+    `observe()` sends and observes it, once. The replayer prepares a turn while its think time
+    runs, so that waking up is sending: building an httpx request alone is a fifth of a
+    millisecond of CPU or more, which the request would otherwise go out late by, and every
+    other session due at that moment after it."""
+
+    __slots__ = ("_stack", "_machine", "_clock_origin", "_conn_state", "_after_each_read")
+
+    def __init__(
+        self,
+        stack: _Stack,
+        machine: ExchangeMachine,
+        clock_origin: float | None,
+        conn_state: ConnState | None,
+        after_each_read: Callable[[], None] | None,
+    ) -> None:
+        self._stack = stack
+        self._machine = machine
+        self._clock_origin = clock_origin
+        self._conn_state = conn_state or ConnState()
+        self._after_each_read = after_each_read or _nothing
+
+    async def observe(self) -> Observed:
+        return await _observe(self._stack, self._machine, self._clock_origin, self._conn_state, self._after_each_read)
+
+
+def prepare_httpx(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    dialect: str | None,
+    streamed: bool = True,
+    watchdogs: Watchdogs = DEFAULT_WATCHDOGS,
+    clock_origin: float | None = None,
+    conn_state: ConnState | None = None,
+    after_each_read: Callable[[], None] | None = None,
+) -> PreparedExchange:
+    """`observe_httpx`'s request, made ready to send (its `ClientFault` raised now)."""
+    _sendable(method, url, headers)
+    try:
+        stack = _HttpxStack(client, method, url, headers, body, watchdogs)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
+        raise _client_fault(f"{method} {url}", exc) from None
+    machine = ExchangeMachine(dialect=dialect, streamed=streamed, watchdogs=watchdogs, request_body=body)
+    return PreparedExchange(stack, machine, clock_origin, conn_state, after_each_read)
+
+
+def prepare_aiohttp(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    dialect: str | None,
+    streamed: bool = True,
+    watchdogs: Watchdogs = DEFAULT_WATCHDOGS,
+    clock_origin: float | None = None,
+    conn_state: ConnState | None = None,
+    after_each_read: Callable[[], None] | None = None,
+) -> PreparedExchange:
+    """`observe_aiohttp`'s request, made ready to send (its errors raised now)."""
     if not any(isinstance(tc, _TraceConfig) for tc in _trace_configs(session)):
         raise ValueError("the aiohttp session needs trace_configs=[aiohttp_trace_config()] to observe connections")
     _sendable(method, url, headers)
     stack = _AiohttpStack(session, method, url, headers, body, watchdogs)
-    return await _observe(stack, body, dialect, streamed, watchdogs, clock_origin, conn_state or ConnState())
+    machine = ExchangeMachine(dialect=dialect, streamed=streamed, watchdogs=watchdogs, request_body=body)
+    return PreparedExchange(stack, machine, clock_origin, conn_state, after_each_read)
 
 
 def aiohttp_trace_config() -> aiohttp.TraceConfig:
@@ -262,14 +344,11 @@ class _Timer:
 
 async def _observe(
     stack: _Stack,
-    body: bytes,
-    dialect: str | None,
-    streamed: bool,
-    watchdogs: Watchdogs,
+    machine: ExchangeMachine,
     clock_origin: float | None,
     conn_state: ConnState,
+    after_each_read: Callable[[], None],
 ) -> Observed:
-    machine = ExchangeMachine(dialect=dialect, streamed=streamed, watchdogs=watchdogs, request_body=body)
     stack.machine = machine
     timer = _Timer()
     wait = machine.handle(RequestSent(time.monotonic()))
@@ -277,7 +356,7 @@ async def _observe(
     refused: BaseException | None = None
     try:
         async with asyncio.timeout_at(timer.when(wait)) as timer.timeout:
-            await _run(stack, machine, timer)
+            await _run(stack, machine, timer, after_each_read)
     except TimeoutError as exc:
         now = time.monotonic()  # a watchdog, or one of aiohttp's own timeouts (TimeoutErrors too)
         if timer.expired and machine.wait is not None:
@@ -294,6 +373,7 @@ async def _observe(
     finally:
         with suppress(*stack.errors, TimeoutError):
             await stack.close(machine.ended_cleanly)
+        after_each_read()  # releasing a connection is a read's worth of work too
     if refused is not None:
         raise _client_fault(stack.target, refused) from None
     return _finish(stack, machine, clock_origin, conn_state)
@@ -304,17 +384,24 @@ def _end(machine: ExchangeMachine, event: WatchdogExpired | TransportError) -> N
         machine.handle(event)
 
 
-async def _run(stack: _Stack, machine: ExchangeMachine, timer: _Timer) -> None:
+async def _run(stack: _Stack, machine: ExchangeMachine, timer: _Timer, after_each_read: Callable[[], None]) -> None:
     """Send, then read the response until the machine has what it needs."""
     head = await stack.send()
     stack.head_local = head.local
     timer.follow(machine.handle(ResponseHeaders(time.monotonic(), head.status, head.headers, head.http_version)))
+    after_each_read()
     async for chunk in stack.chunks():
         wait = machine.handle(BodyData(time.monotonic(), chunk))
+        after_each_read()
         if wait is None:
             return  # it has enough (the start of an error body, to quote)
         timer.follow(wait)
     machine.handle(StreamClosed(time.monotonic()))
+    after_each_read()
+
+
+def _nothing() -> None:
+    pass
 
 
 def _finish(stack: _Stack, machine: ExchangeMachine, origin: float | None, conn: ConnState) -> Observed:
@@ -396,8 +483,18 @@ class _HttpxStack(_Stack):
     async def close(self, clean: bool) -> None:
         # Closing a response that was not read to its end closes its connection (httpcore
         # never returns a half-read connection to the pool).
-        if self.response is not None:
-            await self.response.aclose()
+        try:
+            if self.response is not None:
+                await self.response.aclose()
+        finally:
+            # The trace hook is this stack's own method: left in the request, it would tie the
+            # request to the stack, its machine and every event it logged in a reference cycle
+            # (httpx's response and its stream make one too), all left to the cyclic garbage
+            # collector: about 120 objects an exchange, whose collections paused the event loop
+            # for milliseconds mid-replay. Nothing traces a request once its response is closed.
+            self.request.extensions.pop("trace", None)
+            if self.response is not None:
+                self.response.stream = _CLOSED_STREAM
 
     def kind_of(self, exc: BaseException) -> ErrorKind:
         if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
@@ -409,6 +506,9 @@ class _HttpxStack(_Stack):
         if isinstance(exc, httpx.DecodingError):
             return ErrorKind.DECODE
         return ErrorKind.RESET
+
+
+_CLOSED_STREAM = httpx.ByteStream(b"")
 
 
 def _stream_address(stream: Any) -> str | None:
@@ -431,7 +531,7 @@ class _ConnTrace:
     """Per-request context the trace callbacks fill in (given as `trace_request_ctx`)."""
 
     def __init__(self, stack: "_AiohttpStack") -> None:
-        self.stack = stack
+        self.stack: _AiohttpStack | None = stack  # None once the exchange is closed
 
 
 def _trace_configs(session: aiohttp.ClientSession) -> list[aiohttp.TraceConfig]:
@@ -505,6 +605,9 @@ class _AiohttpStack(_Stack):
         return self.response.content.iter_any()
 
     async def close(self, clean: bool) -> None:
+        # As for httpx, the trace context would tie the stack (its machine, its events) into a
+        # reference cycle left to the cyclic garbage collector; nothing traces a closed request.
+        self.kwargs["trace_request_ctx"].stack = None
         if self.response is None:
             return
         if clean:

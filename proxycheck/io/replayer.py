@@ -11,6 +11,12 @@ Sessions start at their recorded offsets (open loop), or, with `concurrency`, cl
 most C at once, the next starting when one ends. One route's sessions all finish before the
 next route starts, and repetition after repetition.
 
+Waking on time: every start and think time is kept by the loop's `_Alarms`, which a session
+due to send jumps the loop's queue with, rung between the reads of every other session's
+responses; a turn's request is built (and its new client made) while its think time runs, so
+that waking up is sending; the cyclic garbage collector is kept out of the way
+(`collector_out_of_the_way`). Measured by benchmarks/bench_replayer.py (b).
+
 What is sent: the recorded method, path and query on the route's URL (`Route.url_for`: never a
 recorded host), the recorded headers the plan kept, overridden by the route's headers of the
 same name, plus `x-proxycheck-replay: RUN_ID`; the recorded body (exact mode) or the body with
@@ -24,9 +30,15 @@ observing one exchange is `proxycheck.io.observe`'s.
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
+import heapq
+import itertools
+import math
 import ssl
+import threading
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterator, Literal, Protocol, Sequence
@@ -34,7 +46,7 @@ from typing import Any, Awaitable, Callable, Iterator, Literal, Protocol, Sequen
 import aiohttp
 import httpx
 
-from proxycheck.core.errors import BadInput
+from proxycheck.core.errors import BadInput, ClientFault
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.replay.chain import Chain, Route
@@ -50,7 +62,7 @@ from proxycheck.core.replay.plan import (
     start_delay,
     think_delay,
 )
-from proxycheck.io.observe import ConnState, Observed, aiohttp_trace_config, observe_aiohttp, observe_httpx
+from proxycheck.io.observe import ConnState, Observed, PreparedExchange, aiohttp_trace_config, prepare_aiohttp, prepare_httpx
 
 Mode = Literal["exact", "chained"]
 ClientKind = Literal["httpx", "aiohttp"]
@@ -151,6 +163,7 @@ class _Context:
     budget: _Budget
     origin: float  # monotonic start of the replay (observation times are offsets from it)
     tls: ssl.SSLContext | bool  # the route's TLS verification, made once (`tls_context`)
+    alarms: _Alarms  # the loop's: every session's start and think times (`_Alarms`)
     answered: bool = False  # an exchange has succeeded on this route (for the credential rule)
 
 
@@ -171,17 +184,22 @@ async def replay(
     budget = _Budget(options.max_requests)
     tls = {route.name: tls_context(route.verify) for route in routes}  # bad CA files fail before any traffic
     turns = sum(len(s.turns) for s in sessions)
+    alarms = _alarms()
     with collector_out_of_the_way():
         origin = time.monotonic()
         for route in routes:
             for repetition in range(options.first_repetition, options.first_repetition + options.repeat):
                 if budget.exhausted:
                     return "limited"
-                ctx = _Context(route, repetition, run_id, options, sink, heard, budget, origin, tls[route.name])
+                ctx = _Context(route, repetition, run_id, options, sink, heard, budget, origin, tls[route.name], alarms)
                 heard.route_started(route, repetition, turns)
                 await _replay_route(sessions, ctx)
                 heard.route_ended(route, repetition)
     return "limited" if budget.exhausted else "completed"
+
+
+_collector_lock = threading.Lock()
+_collector_held = 0  # replays inside `collector_out_of_the_way` (several may run on one loop at once)
 
 
 @contextmanager
@@ -193,13 +211,25 @@ def collector_out_of_the_way() -> Iterator[None]:
     66 ms pause in a 64-session replay, against a 5 ms think-time budget). What exists when the
     replay starts (the recording, the plan) is frozen out of the collector's sight for its
     duration (undone at the end). Young collections stay as they are: they are short, and more
-    objects per collection would make each pause longer."""
-    gc.collect()
-    gc.freeze()
+    objects per collection would make each pause longer.
+
+    Re-entrant: replays running at once (one per route, on one loop) share the freeze. The first
+    to enter collects and freezes; one entering while another runs only freezes (what it brought
+    along joins the frozen objects: collecting then would pause the running replay); the freeze is
+    undone when the last one leaves, not when the first does."""
+    global _collector_held
+    with _collector_lock:
+        if _collector_held == 0:
+            gc.collect()
+        gc.freeze()
+        _collector_held += 1
     try:
         yield
     finally:
-        gc.unfreeze()
+        with _collector_lock:
+            _collector_held -= 1
+            if _collector_held == 0:
+                gc.unfreeze()
 
 
 async def _replay_route(sessions: Sequence[PlannedSession], ctx: _Context) -> None:
@@ -212,14 +242,9 @@ async def _replay_route(sessions: Sequence[PlannedSession], ctx: _Context) -> No
 async def _open_loop(sessions: Sequence[PlannedSession], ctx: _Context) -> None:
     """Each session starts at its recorded offset (scaled by the pace) from the route's start."""
     start = time.monotonic()
-
-    async def at_offset(session: PlannedSession) -> None:
-        await _sleep_until(start + start_delay(session, ctx.options.pace))
-        await _run_session(session, ctx)
-
     async with asyncio.TaskGroup() as group:
         for session in sessions:
-            group.create_task(at_offset(session))
+            group.create_task(_run_session(session, ctx, start_at=start + start_delay(session, ctx.options.pace)))
 
 
 async def _closed_loop(sessions: Sequence[PlannedSession], ctx: _Context, concurrency: int) -> None:
@@ -236,33 +261,146 @@ async def _closed_loop(sessions: Sequence[PlannedSession], ctx: _Context, concur
             group.create_task(worker())
 
 
-async def _sleep_until(when: float) -> None:
-    delay = when - time.monotonic()
-    if delay > 0:
-        await asyncio.sleep(delay)
+# --------------------------------------------------------------------------------------------
+# Waking on time
+
+# How early a deadline's timer is set: the selector waits in whole milliseconds rounded up, so a
+# timer set for the deadline itself fires up to 1 ms after it; the rest is spun off in loop turns.
+_EARLY = 0.001
+
+
+class _Alarms:
+    """The deadlines (session starts, think times) of every replay on one event loop, and the
+    wake-up that keeps them.
+
+    A session that sleeps with `asyncio.sleep` is woken two loop turns late: its timer runs
+    after every callback already queued in the turn in progress, and its task in the turn after
+    that, behind every other session's read handled meanwhile. With 64 sessions streaming over
+    httpx, turns last milliseconds and a wake-up was late by two of them (measured on a shared
+    2-core machine: 5 ms at p50 for each, 20 ms and more at p99). Here a due session's wake-up
+    goes to the front of the loop's queue, and not only the timer wakes it: every observed
+    exchange rings the alarms after each step that handled what the network sent (`ring`: one
+    clock read when nothing is due), as does every session going to sleep, so a due session
+    sends after at most the one step being run, not after a turn of them. The timer still fires
+    (for a loop that is not reading), `_EARLY` before the deadline, and the last fraction is spun
+    off in loop turns (never blocking them), so an idle loop is not up to a millisecond late."""
+
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, asyncio.Future[None]]] = []  # a heap, by deadline
+        self._order = itertools.count()  # ties wake in the order they slept
+        self._next = math.inf  # the earliest deadline (monotonic clock): what `ring` compares
+        self._spinning = False
+
+    async def sleep_until(self, when: float) -> None:
+        """Return at `when` (time.monotonic()), or at once if it has passed."""
+        self.ring()  # the session going to sleep may have done a read's worth of work since its last
+        if when <= time.monotonic():
+            return
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+        heapq.heappush(self._due, (when, next(self._order), woken))
+        self._next = self._due[0][0]
+        # The loop's clock may have another origin than time.monotonic().
+        timer = loop.call_at(when + loop.time() - time.monotonic() - _EARLY, self._timer)
+        try:
+            await woken
+        finally:
+            timer.cancel()
+            if not woken.done() or woken.cancelled():  # cancelled (Ctrl-C): the deadline goes too
+                self._due = [entry for entry in self._due if entry[2] is not woken]
+                heapq.heapify(self._due)
+                self._next = self._due[0][0] if self._due else math.inf
+
+    def ring(self) -> None:
+        """Wake every session whose deadline has passed (cheap when none has: the hot path)."""
+        if time.monotonic() >= self._next:
+            self._wake()
+
+    def _wake(self) -> None:
+        now = time.monotonic()
+        loop = asyncio.get_running_loop()
+        # The loop's queue of callbacks to run: a woken task's step is put at its front. Not a
+        # public interface: without it (another loop), wake-ups only lose their priority.
+        ready = getattr(loop, "_ready", None)
+        queue = ready if isinstance(ready, collections.deque) else None
+        steps = []
+        while self._due and self._due[0][0] <= now:
+            woken = heapq.heappop(self._due)[2]
+            if woken.done():
+                continue
+            queued = len(queue) if queue is not None else 0
+            woken.set_result(None)  # queues the sleeping task's next step, last
+            if queue is not None and len(queue) == queued + 1:
+                steps.append(queue.pop())
+        self._next = self._due[0][0] if self._due else math.inf
+        if queue is not None:
+            queue.extendleft(reversed(steps))  # first, in deadline order
+
+    def _timer(self) -> None:
+        self._wake()
+        if not self._spinning and self._next - time.monotonic() < _EARLY:
+            self._spinning = True
+            asyncio.get_running_loop().call_soon(self._spin)
+
+    def _spin(self) -> None:
+        self._wake()
+        if self._next - time.monotonic() < _EARLY:
+            asyncio.get_running_loop().call_soon(self._spin)
+        else:
+            self._spinning = False
+
+
+_alarms_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Alarms] = weakref.WeakKeyDictionary()
+
+
+def _alarms() -> _Alarms:
+    """The running loop's alarms, shared by every replay on it (routes replayed at once ring
+    each other's)."""
+    loop = asyncio.get_running_loop()
+    alarms = _alarms_by_loop.get(loop)
+    if alarms is None:
+        alarms = _alarms_by_loop[loop] = _Alarms()
+    return alarms
 
 
 # --------------------------------------------------------------------------------------------
 # One session
 
 
-async def _run_session(session: PlannedSession, ctx: _Context) -> None:
-    """The turns of one session, in order, on the connections the plan says."""
+async def _run_session(session: PlannedSession, ctx: _Context, start_at: float | None = None) -> None:
+    """The turns of one session, in order, on the connections the plan says, the first at
+    `start_at` (monotonic; None: at once). What a turn needs that is not the network (the new
+    client when the plan opens a new connection, the request built) is made before its wait
+    ends, so that waking up is sending; the connection it replaces is still closed only then."""
     chained = ChainedSession(session) if ctx.options.mode == "chained" else None
     conn_state = ConnState()
-    client: _Client | None = None
+    client: _Client | None = None  # the client the previous turn went on
+    ready: _Client | None = None  # the one the next turn goes on (a new one, until it is used)
     prev_end: float | None = None
     try:
         for turn in session.turns:
-            if prev_end is not None:
-                await _sleep_until(prev_end + think_delay(turn, ctx.options.pace))
+            ready = _new_client(ctx.options.client, ctx.route, turn, ctx.tls) if client is None or turn.new_connection else client
+            url = ctx.route.url_for(turn.url)
+            headers = request_headers(turn, ctx.route, ctx.run_id)
+            body = chained.body_for(turn) if chained is not None else turn.body
+            prepared: PreparedExchange | ClientFault
+            try:
+                prepared = ready.prepare(turn, url, headers, body, ctx, conn_state)
+            except ClientFault as exc:  # raised when the turn would have been sent, as before
+                prepared = exc
+            wake_at = start_at if prev_end is None else prev_end + think_delay(turn, ctx.options.pace)
+            if wake_at is not None:
+                await ctx.alarms.sleep_until(wake_at)
             if not ctx.budget.take():
                 return
-            if client is None or turn.new_connection:
+            if ready is not client:
                 if client is not None:
                     await client.close()
-                client = _new_client(ctx.options.client, ctx.route, turn, ctx.tls)
-            observed = await _send(client, turn, chained, ctx, conn_state)
+                client = ready
+            ctx.listener.request(ctx.route, turn, url, headers, body)
+            if isinstance(prepared, ClientFault):
+                raise prepared
+            observed = await _observed(prepared, turn, ctx)
             obs = observed.observation
             # Think time counts from the end of the response, as the recorder measured it.
             prev_end = ctx.origin + obs.t_start + (obs.end or 0.0)
@@ -272,24 +410,14 @@ async def _run_session(session: PlannedSession, ctx: _Context) -> None:
             if obs.outcome.is_failure and ctx.options.on_fail == "stop-session":
                 return
     finally:
-        if client is not None:
-            await asyncio.shield(client.close())
+        for unclosed in (client, ready if ready is not client else None):
+            if unclosed is not None:
+                await asyncio.shield(unclosed.close())
 
 
-async def _send(
-    client: "_Client",
-    turn: PlannedTurn,
-    chained: ChainedSession | None,
-    ctx: _Context,
-    conn_state: ConnState,
-) -> Observed:
-    url = ctx.route.url_for(turn.url)
-    headers = request_headers(turn, ctx.route, ctx.run_id)
-    body = chained.body_for(turn) if chained is not None else turn.body
-    ctx.listener.request(ctx.route, turn, url, headers, body)
-    observed = await client.observe(
-        turn, url, headers, body, watchdogs=ctx.options.watchdogs, clock_origin=ctx.origin, conn_state=conn_state
-    )
+async def _observed(prepared: PreparedExchange, turn: PlannedTurn, ctx: _Context) -> Observed:
+    """Send the prepared turn; its observation, keyed, to the sink and the listener."""
+    observed = await prepared.observe()
     obs = observed.observation.with_keys(
         route=ctx.route.name, repetition=ctx.repetition, session=turn.session, turn=turn.turn, xid=turn.xid
     )
@@ -311,16 +439,22 @@ class _Client:
     observer for its stack. The plan's `new_connection` replaces it with a new one."""
 
     handle: Any
-    observe_with: Callable[..., Awaitable[Observed]]
+    prepare_with: Callable[..., PreparedExchange]
     close_with: Callable[[], Awaitable[Any]]
 
-    async def observe(self, turn: PlannedTurn, url: str, headers: dict[str, str], body: bytes, **kw: Any) -> Observed:
-        return await self.observe_with(
-            self.handle, turn.method, url, headers, body, dialect=turn.dialect, streamed=turn.streamed, **kw
-        )
+    def prepare(
+        self, turn: PlannedTurn, url: str, headers: dict[str, str], body: bytes, ctx: _Context, conn_state: ConnState
+    ) -> PreparedExchange:
+        return self.prepare_with(
+            self.handle, turn.method, url, headers, body, dialect=turn.dialect, streamed=turn.streamed,
+            watchdogs=ctx.options.watchdogs, clock_origin=ctx.origin, conn_state=conn_state, after_each_read=ctx.alarms.ring,
+        )  # fmt: skip
 
     async def close(self) -> None:
         await self.close_with()
+
+
+_KEEP_ALIVE = 24 * 3600.0  # aiohttp's keep-alive (15 s by default): as long as the session, as for httpx
 
 
 def _new_client(kind: ClientKind, route: Route, turn: PlannedTurn, tls: ssl.SSLContext | bool) -> _Client:
@@ -333,17 +467,21 @@ def _new_client(kind: ClientKind, route: Route, turn: PlannedTurn, tls: ssl.SSLC
             http2=(turn.http_version or "").upper().startswith("HTTP/2"),
             trust_env=False,
             follow_redirects=False,
+            # The plan says when a turn reuses the session's connection, whatever its idle time:
+            # httpx's own 5 s expiry would quietly open a new one after a longer think time, and
+            # hide a hop that drops idle connections. The client ends with its session.
+            limits=httpx.Limits(keepalive_expiry=None),
         )
-        return _Client(client, observe_httpx, client.aclose)
+        return _Client(client, prepare_httpx, client.aclose)
     # A connector of its own per session connection: a new connection is a new connector.
     session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(ssl=tls, limit=0),
+        connector=aiohttp.TCPConnector(ssl=tls, limit=0, keepalive_timeout=_KEEP_ALIVE),
         trace_configs=[aiohttp_trace_config()],
         proxy=route.proxy,
         trust_env=False,
         auto_decompress=True,
     )
-    return _Client(session, observe_aiohttp, session.close)
+    return _Client(session, prepare_aiohttp, session.close)
 
 
 def tls_context(verify: bool | str) -> ssl.SSLContext | bool:

@@ -6,10 +6,13 @@ on tool runs, on a person's approvals, on sessions that never fail. This module 
 any network, what `check` (and `minimize`) replay to decide sooner:
 
 - `focus`: the failing sessions up to and including their first failed turn (its retries too),
-  the sessions that had an exchange in flight with that turn (up to it: a hop's queue or
-  connection limit needs them), and a small sample of clean sessions spread over the recording
-  (as many turns as the failing ones reach) for the noise floor. None when the recording shows
-  no failure: then only the whole recording can say it is healthy.
+  the sessions that had an exchange in flight with that turn while it still progressed (a hop's
+  queue or connection limit needs them; only those turns of theirs, from the first in flight with
+  it), and a small sample of clean sessions spread over the recording (as many turns as the
+  failing ones reach) for the noise floor. None when the recording shows no failure: then only
+  the whole recording can say it is healthy.
+- `lay_out`: the focus placed in time: each session in flight with a failure lined up with it as
+  recorded, whatever was shortened before it; the clean sample after them, one by one.
 - `failure_context`: the turns whose recorded think time a replay keeps whatever the cap. A
   failure after an idle gap may need it (a hop dropping idle connections, a NAT forgetting a
   flow): its think time is kept, and so is the one of the turn before it. When other sessions
@@ -36,7 +39,7 @@ from typing import Any, Collection, Iterable, Sequence
 from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, think_delay
 
 AUTO_MAX_THINK = 1.0  # check's own cap (seconds) where the recording shows no failure after idle
-CLEAN_SAMPLE = 3  # clean sessions replayed beside the failing ones, for the noise floor
+CLEAN_SAMPLE = 3  # clean sessions replayed after the failing ones, for the noise floor
 START_GAP = 1.0  # the longest stretch with no session alive a compacted replay keeps (seconds)
 
 
@@ -82,6 +85,7 @@ class Focus:
     sample: tuple[str, ...]
     of_sessions: int
     of_turns: int
+    anchors: tuple[tuple[str, str, int], ...] = ()  # (companion, failing session, the failed turn's xid)
 
     @property
     def turns(self) -> int:
@@ -105,18 +109,23 @@ def turn_wait(turn: PlannedTurn) -> float:
 
 
 def _interval(turn: PlannedTurn) -> tuple[float, float] | None:
-    """When the turn's exchange was in flight in the recording (None: the plan has no times). One
+    """When the turn's exchange was in flight and still moving in the recording (None: the plan
+    has no times): from its request to its last progress. A client that gave up waited in
+    silence after that (`client_waited`): what arrived then cannot have caused the wedge. One
     that never ended (a wedge the recorder saw in flight) is in flight to the recording's end."""
     if turn.recorded_at is None:
         return None
     duration = turn.recorded.duration
-    return turn.recorded_at, turn.recorded_at + duration if duration is not None else math.inf
+    if duration is None:
+        return turn.recorded_at, math.inf
+    return turn.recorded_at, turn.recorded_at + max(0.0, duration - (turn.recorded.client_waited or 0.0))
 
 
 def in_flight_with(sessions: Sequence[PlannedSession], session: PlannedSession,
-                   turn: PlannedTurn) -> list[tuple[PlannedSession, int]]:  # fmt: skip
-    """The other sessions that had an exchange in flight with `turn`, each with the index of its
-    last turn recorded before `turn` ended (what a replay needs of it to overlap the same way)."""
+                   turn: PlannedTurn) -> list[tuple[PlannedSession, int, int]]:  # fmt: skip
+    """The other sessions that had an exchange in flight with `turn` (up to its last progress),
+    each with the index of its first turn in flight with it and of its last turn recorded before
+    that end: the stretch a replay needs of it to overlap the same way."""
     span = _interval(turn)
     if span is None:
         return []
@@ -125,16 +134,17 @@ def in_flight_with(sessions: Sequence[PlannedSession], session: PlannedSession,
     for other in sessions:
         if other is session or other.id == session.id:
             continue
-        overlaps = False
+        first: int | None = None
         upto = -1
         for i, t in enumerate(other.turns):
             iv = _interval(t)
             if iv is None or iv[0] > end:
                 break  # turns are in recorded order
             upto = i
-            overlaps = overlaps or iv[1] >= begin
-        if overlaps:
-            found.append((other, upto))
+            if first is None and iv[1] >= begin:
+                first = i
+        if first is not None:
+            found.append((other, first, upto))
     return found
 
 
@@ -169,7 +179,7 @@ def failure_context(sessions: Sequence[PlannedSession], cap: float) -> frozenset
             companions = in_flight_with(sessions, session, turn)
             if companions:
                 keep.update(t.xid for t in session.turns[: i + 1])
-                for other, upto in companions:
+                for other, _, upto in companions:
                     keep.update(t.xid for t in other.turns[: upto + 1])
     return frozenset(keep)
 
@@ -230,6 +240,8 @@ def _length(session: PlannedSession) -> float:
 def focus(sessions: Sequence[PlannedSession], sample: int = CLEAN_SAMPLE) -> Focus | None:
     """What to replay first (see the module docstring); None when no session failed."""
     keep_to: dict[str, int] = {}  # session id -> index of its last turn to replay
+    keep_from: dict[str, int] = {}  # a companion's first turn to replay (in flight with the failure)
+    anchors: dict[str, tuple[str, int]] = {}  # companion -> (failing session, the failed turn's xid)
     failing: list[str] = []
     companions: list[str] = []
     for session in sessions:
@@ -237,25 +249,80 @@ def focus(sessions: Sequence[PlannedSession], sample: int = CLEAN_SAMPLE) -> Foc
         if first is None:
             continue
         failing.append(session.id)
-        keep_to[session.id] = max(keep_to.get(session.id, -1), _through_attempts(session, first))
+        keep_to[session.id] = _through_attempts(session, first)
     if not failing:
         return None
     by_id = {s.id: s for s in sessions}
     for sid in failing:
         session = by_id[sid]
         turn = session.turns[_first_failure(session) or 0]
-        for other, upto in in_flight_with(sessions, session, turn):
-            if other.id not in keep_to:
+        for other, start, upto in in_flight_with(sessions, session, turn):
+            if other.id in failing:
+                keep_to[other.id] = max(keep_to[other.id], upto)
+                continue
+            if other.id not in anchors:
                 companions.append(other.id)
+                anchors[other.id] = (sid, turn.xid)
+                keep_from[other.id] = start
+            keep_from[other.id] = min(keep_from[other.id], start)
             keep_to[other.id] = max(keep_to.get(other.id, -1), upto)
     depth = max(keep_to[sid] + 1 for sid in failing)
     clean = [s for s in sessions if s.id not in keep_to]
     picked = _spread(clean, sample)
     for session in picked:
         keep_to[session.id] = min(len(session.turns), depth) - 1
-    chosen = tuple(replace(s, turns=s.turns[: keep_to[s.id] + 1]) for s in sessions if s.id in keep_to)
-    return Focus(chosen, tuple(failing), tuple(companions), tuple(s.id for s in picked), len(sessions),
-                 sum(len(s.turns) for s in sessions))  # fmt: skip
+    chosen = []
+    for s in sessions:
+        if s.id not in keep_to:
+            continue
+        start = keep_from.get(s.id, 0)
+        turns = s.turns[start : keep_to[s.id] + 1]
+        if start:  # a companion starts at its turn in flight with the failure, a session's first
+            head = replace(turns[0], think_time=None, backoff=None, new_connection=True)
+            s = replace(s, start=turns[0].recorded_at if turns[0].recorded_at is not None else s.start,
+                        turns=(head, *turns[1:]))  # fmt: skip
+            chosen.append(s)
+        else:
+            chosen.append(replace(s, turns=turns))
+    return Focus(tuple(chosen), tuple(failing), tuple(companions), tuple(s.id for s in picked), len(sessions),
+                 sum(len(s.turns) for s in sessions), tuple((c, *anchors[c]) for c in companions))  # fmt: skip
+
+
+def lay_out(sessions: Sequence[PlannedSession], chosen: Focus, gap: float) -> list[PlannedSession]:
+    """The focus's sessions (think times as they will be replayed) placed in time: each companion
+    lined up with the failed turn it was in flight with (its first kept turn as far before or
+    after that turn as recorded), the stretches with nothing alive cut to `gap`, then the clean
+    sample one after another, after everything else (its sessions are there for the noise
+    floor, not as load beside a failure)."""
+    by_id = {s.id: s for s in sessions}
+    placed = dict(by_id)
+    for companion, sid, xid in chosen.anchors:
+        failing, other = by_id[sid], by_id[companion]
+        at = _offset_of(failing, xid)
+        failed_at = next((t.recorded_at for t in failing.turns if t.xid == xid), None)
+        if at is None or failed_at is None or other.turns[0].recorded_at is None:
+            continue
+        placed[companion] = replace(other, start=max(0.0, failing.start + at - (failed_at - other.turns[0].recorded_at)))
+    sample = set(chosen.sample)
+    cluster = compact_starts([placed[s.id] for s in sessions if s.id not in sample], gap)
+    end = max((s.start + _length(s) for s in cluster), default=0.0)
+    out = list(cluster)
+    for s in sorted((placed[sid] for sid in sample), key=lambda s: s.start):
+        start = round(end + gap, 6)
+        out.append(replace(s, start=start))
+        end = start + _length(s)
+    return out
+
+
+def _offset_of(session: PlannedSession, xid: int) -> float | None:
+    """When the turn `xid` is sent, from the session's start, at the recorded pace of its waits."""
+    at = 0.0
+    for t in session.turns:
+        at += think_delay(t, "recorded")
+        if t.xid == xid:
+            return at
+        at += t.recorded.duration or 0.0
+    return None
 
 
 @dataclass(frozen=True)
@@ -306,8 +373,10 @@ def plan_passes(sessions: Sequence[PlannedSession], *, full: bool = False, max_t
     if chosen.whole:
         return [replace(whole, why="every session failed: the focus is the whole recording")]
     keep = failure_context(chosen.sessions, cap) if protect else frozenset()
-    quick_sessions, quick_cut = capped(chosen.sessions, frozenset())
-    kept_sessions, kept_cut = capped(chosen.sessions, keep)
+    quick_sessions, quick_cut = cap_think_times(chosen.sessions, cap, protected=protect)
+    kept_sessions, kept_cut = cap_think_times(chosen.sessions, cap, keep, protected=protect)
+    quick_sessions = lay_out(quick_sessions, chosen, min(cap, START_GAP))
+    kept_sessions = lay_out(kept_sessions, chosen, min(cap, START_GAP))
     why = _focus_why(chosen)
     passes = []
     if kept_cut.kept:

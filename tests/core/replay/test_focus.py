@@ -3,6 +3,7 @@ sessions to replay out, no network. Each rule is also fed what could fool it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import pytest
@@ -72,9 +73,12 @@ def test_the_failing_session_is_cut_after_its_first_failure_and_clean_ones_are_s
     assert chosen.failing == ("f",)
     assert [t.turn for t in by_id["f"].turns] == [1, 2, 3]  # up to and including the first failure
     # The clean sessions with an exchange in flight during f's failed turn (432-462 s): c3 (at 447)
-    # and c4 (at 442), each up to its turns recorded before it ended.
+    # and c4 (at 442), each from that exchange, a session's first turn now, to its turns recorded
+    # before the failed one ended.
     assert set(chosen.companions) == {"c3", "c4"}
-    assert len(by_id["c3"].turns) == 8 and len(by_id["c4"].turns) == 3
+    c3, c4 = by_id["c3"], by_id["c4"]
+    assert [len(c3.turns), len(c4.turns)] == [1, 1] and (c3.start, c4.start) == (447, 442)
+    assert c3.turns[0].think_time is None and c3.turns[0].new_connection
     # A sample spread over the clean ones, as deep as the failing session reaches.
     assert len(chosen.sample) == 3 and chosen.sample[0] == "c0" and chosen.sample[-1] == "c9"
     assert all(len(by_id[sid].turns) == 3 for sid in chosen.sample)
@@ -93,8 +97,8 @@ def test_a_session_in_flight_with_a_failure_is_kept_up_to_it_and_one_that_ended_
     failing = session("f", 100, [(0, 1, OK), (5, 10, STALL)])  # turn 2 in flight 106-116
     before = session("b", 0, [(0, 1, OK), (5, 1, OK)])  # over at 7
     during = session("d", 110, [(0, 1, OK), (3, 1, OK), (30, 1, OK)])  # in flight 110-111; turn 3 at 145
-    (d, upto), = in_flight_with([failing, before, during], failing, failing.turns[1])
-    assert d.id == "d" and upto == 1  # its turns recorded before the failure ended: 110 and 114
+    (d, first, upto), = in_flight_with([failing, before, during], failing, failing.turns[1])
+    assert d.id == "d" and (first, upto) == (0, 1)  # its turns recorded before the failure ended: 110 and 114
     chosen = focus([failing, before, during], sample=0)
     assert chosen is not None and chosen.companions == ("d",)
     assert [len(s.turns) for s in chosen.sessions] == [2, 2]
@@ -103,7 +107,32 @@ def test_a_session_in_flight_with_a_failure_is_kept_up_to_it_and_one_that_ended_
 def test_a_wedge_in_flight_to_the_recordings_end_overlaps_everything_after_it() -> None:
     failing = session("f", 0, [(0, 1, OK), (1, None, Outcome.IN_FLIGHT)])  # type: ignore[list-item]
     later = session("l", 500, [(0, 1, OK)])
-    assert [s.id for s, _ in in_flight_with([failing, later], failing, failing.turns[1])] == ["l"]
+    assert [s.id for s, _, _ in in_flight_with([failing, later], failing, failing.turns[1])] == ["l"]
+
+
+def test_what_arrives_while_the_client_waits_in_silence_is_not_in_flight_with_the_wedge() -> None:
+    # The stream stopped 2 s in; its client waited 28 s more before it gave up (432-434 s of progress).
+    failing = session("f", 360, [(0, 1, OK), (30, 1, OK), (40, 30, STALL)])
+    wedge = failing.turns[2]
+    waited = replace(wedge, recorded=replace(wedge.recorded, client_waited=28.0))
+    failing = replace(failing, turns=(*failing.turns[:2], waited))
+    during_progress = session("p", 433, [(0, 1, OK)])
+    during_silence = session("q", 440, [(0, 1, OK)])
+    assert [s.id for s, _, _ in in_flight_with([failing, during_progress, during_silence], failing, waited)] == ["p"]
+
+
+def test_a_companion_is_lined_up_with_the_failed_turn_and_the_sample_comes_after() -> None:
+    failing = session("f", 100, [(0, 1, OK), (30, 1, OK), (40, 10, STALL)])  # turn 3 at 172-182
+    other = session("o", 10, [(0, 1, OK)] + [(20, 1, OK)] * 8)  # its turn at 178 is in flight with it
+    clean = [session(f"c{i}", 300 + 50 * i, [(0, 1, OK), (20, 1, OK), (20, 1, OK), (20, 1, OK)]) for i in range(3)]
+    quick = plan_passes([other, failing, *clean])[0]
+    by_id = {s.id: s for s in quick.sessions}
+    f, o = by_id["f"], by_id["o"]
+    # f's turn 3 is now sent 1 + 1 + 1 + 1 = 4 s after f starts; o's turn was recorded 6 s later.
+    assert o.start - f.start == pytest.approx(4 + 6) and [t.recorded_at for t in o.turns] == [178]
+    ends = max(s.start + sum((t.think_time or 0) + (t.recorded.duration or 0) for t in s.turns) for s in (f, o))
+    samples = sorted((by_id[c] for c in ("c0", "c1", "c2")), key=lambda s: s.start)
+    assert samples[0].start > ends and samples[1].start > samples[0].start + 3  # one after another
 
 
 def test_every_session_failing_is_a_focus_on_the_whole_recording() -> None:
