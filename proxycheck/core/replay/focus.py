@@ -213,18 +213,17 @@ def cap_think_times(sessions: Iterable[PlannedSession], cap: float | None,
 
 def compact_starts(sessions: Iterable[PlannedSession], gap: float = START_GAP) -> list[PlannedSession]:
     """`sessions` (in start order) with every stretch in which none of them is alive cut to `gap`
-    seconds; their order and every overlap stay as they were."""
+    seconds, and the first starting at once; their order and every overlap stay as they were."""
     ordered = sorted(sessions, key=lambda s: (s.start, s.turns[0].xid if s.turns else 0))
     out = []
     removed = 0.0
-    alive_until: float | None = None
+    alive_until = -gap  # the first session starts at once: nothing is waited for before it
     for session in ordered:
-        if alive_until is not None and session.start > alive_until + gap:
+        if session.start > alive_until + gap:
             removed += session.start - alive_until - gap
         start = round(max(0.0, session.start - removed), 6)
         out.append(session if start == session.start else replace(session, start=start))
-        end = session.start + _length(session)
-        alive_until = end if alive_until is None else max(alive_until, end)
+        alive_until = max(alive_until, session.start + _length(session))
     return out
 
 

@@ -253,3 +253,10 @@ def test_a_cap_given_caps_the_failures_idle_too_so_the_focus_is_one_pass() -> No
     first, whole = plan_passes([failing, clean], max_think=3)
     assert first.name == "focus" and thinks(first.sessions[0]) == [None, 3]
     assert not first.needs_recorded_turns and thinks(whole.sessions[0]) == [None, 3]
+
+
+def test_a_focus_starts_at_once_however_late_its_sessions_were_recorded() -> None:
+    failing = session("f", 360, [(0, 1, OK), (30, 1, OK), (40, 2, STALL)])
+    clean = [session(f"c{i}", 400 + 100 * i, [(0, 1, OK), (30, 1, OK), (30, 1, OK), (30, 1, OK)]) for i in range(4)]
+    for plan in plan_passes([failing, *clean]):
+        assert min(s.start for s in plan.sessions) == 0, plan.name
