@@ -12,7 +12,8 @@ any network, what `check` (and `minimize`) replay to decide sooner:
   failing ones reach) for the noise floor. None when the recording shows no failure: then only
   the whole recording can say it is healthy.
 - `lay_out`: the focus placed in time: each session in flight with a failure lined up with it as
-  recorded, whatever was shortened before it; the clean sample after them, one by one.
+  recorded, whatever was shortened before it; the clean sample after them, at most as many at
+  once as the recording ever had alive.
 - `failure_context`: the turns whose recorded think time a replay keeps whatever the cap. A
   failure after an idle gap may need it (a hop dropping idle connections, a NAT forgetting a
   flow): its think time is kept, and so is the one of the turn before it. When other sessions
@@ -86,6 +87,7 @@ class Focus:
     of_sessions: int
     of_turns: int
     anchors: tuple[tuple[str, str, int], ...] = ()  # (companion, failing session, the failed turn's xid)
+    overlap: int = 1  # the most sessions the recording had alive at once
 
     @property
     def turns(self) -> int:
@@ -284,15 +286,32 @@ def focus(sessions: Sequence[PlannedSession], sample: int = CLEAN_SAMPLE) -> Foc
         else:
             chosen.append(replace(s, turns=turns))
     return Focus(tuple(chosen), tuple(failing), tuple(companions), tuple(s.id for s in picked), len(sessions),
-                 sum(len(s.turns) for s in sessions), tuple((c, *anchors[c]) for c in companions))  # fmt: skip
+                 sum(len(s.turns) for s in sessions), tuple((c, *anchors[c]) for c in companions),
+                 recorded_overlap(sessions))  # fmt: skip
+
+
+def recorded_overlap(sessions: Sequence[PlannedSession]) -> int:
+    """The most sessions the recording had alive at once (from a session's first request to the
+    end of its last exchange); 1 for a plan without recorded times."""
+    edges = []
+    for s in sessions:
+        first, last = s.turns[0], s.turns[-1]
+        if first.recorded_at is None or last.recorded_at is None:
+            return 1
+        edges += [(first.recorded_at, 1), (last.recorded_at + (last.recorded.duration or 0.0), -1)]
+    best = now = 0
+    for _, step in sorted(edges, key=lambda e: (e[0], -e[1])):
+        now += step
+        best = max(best, now)
+    return max(1, best)
 
 
 def lay_out(sessions: Sequence[PlannedSession], chosen: Focus, gap: float) -> list[PlannedSession]:
     """The focus's sessions (think times as they will be replayed) placed in time: each companion
     lined up with the failed turn it was in flight with (its first kept turn as far before or
     after that turn as recorded), the stretches with nothing alive cut to `gap`, then the clean
-    sample one after another, after everything else (its sessions are there for the noise
-    floor, not as load beside a failure)."""
+    sample after everything else (its sessions are there for the noise floor, not as load beside
+    a failure), together, or as many at once as the recording ever had alive."""
     by_id = {s.id: s for s in sessions}
     placed = dict(by_id)
     for companion, sid, xid in chosen.anchors:
@@ -304,12 +323,15 @@ def lay_out(sessions: Sequence[PlannedSession], chosen: Focus, gap: float) -> li
         placed[companion] = replace(other, start=max(0.0, failing.start + at - (failed_at - other.turns[0].recorded_at)))
     sample = set(chosen.sample)
     cluster = compact_starts([placed[s.id] for s in sessions if s.id not in sample], gap)
-    end = max((s.start + _length(s) for s in cluster), default=0.0)
+    end = max((s.start + _length(s) for s in cluster), default=-gap)
     out = list(cluster)
-    for s in sorted((placed[sid] for sid in sample), key=lambda s: s.start):
+    ordered = sorted((placed[sid] for sid in sample), key=lambda s: s.start)
+    at_once = max(1, chosen.overlap)  # no more together than the recording ever had
+    for i in range(0, len(ordered), at_once):
         start = round(end + gap, 6)
-        out.append(replace(s, start=start))
-        end = start + _length(s)
+        group = [replace(s, start=start) for s in ordered[i : i + at_once]]
+        out.extend(group)
+        end = max(start + _length(s) for s in group)
     return out
 
 

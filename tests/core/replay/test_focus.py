@@ -132,7 +132,8 @@ def test_a_companion_is_lined_up_with_the_failed_turn_and_the_sample_comes_after
     assert o.start - f.start == pytest.approx(4 + 6) and [t.recorded_at for t in o.turns] == [178]
     ends = max(s.start + sum((t.think_time or 0) + (t.recorded.duration or 0) for t in s.turns) for s in (f, o))
     samples = sorted((by_id[c] for c in ("c0", "c1", "c2")), key=lambda s: s.start)
-    assert samples[0].start > ends and samples[1].start > samples[0].start + 3  # one after another
+    # After the failure's sessions; the recording never had more than two alive at once.
+    assert samples[0].start > ends and samples[0].start == samples[1].start and samples[2].start > samples[1].start + 3
 
 
 def test_every_session_failing_is_a_focus_on_the_whole_recording() -> None:
