@@ -296,6 +296,8 @@ def test_ctrl_c_keeps_what_was_observed_as_a_loadable_run(chains: Chains, tmp_pa
     assert cut and all(o.outcome.value == "ok" for o in cut)
     for doc in (verdict_of(tmp_path / "v.json"), verdict_of(out / "verdict.json")):
         assert_incomplete_in_f2(doc, len(cut))
+        # What was being replayed: the recording shows no failure, so all of it.
+        assert doc["scope"]["replayed"] == "whole" and doc["scope"]["sessions"] == 2
     # diff of the run says the same, exit 1.
     assert cli.main(["diff", str(out), "--json", str(tmp_path / "d.json")]) == 1
     assert_incomplete_in_f2(verdict_of(tmp_path / "d.json"), len(cut))

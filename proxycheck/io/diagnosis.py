@@ -97,6 +97,7 @@ class CheckRun:
     written: list[Observation] = field(default_factory=list)  # the current pass's, in the order the run holds them
     replaying: list[PlannedSession] = field(default_factory=list)  # the current pass's sessions
     done: list[ReplayedPass] = field(default_factory=list)
+    plan_now: PassPlan | None = None  # the pass being replayed
 
     def localizer(self, sessions: Sequence[PlannedSession] | None = None) -> Localizer:
         s = self.settings
@@ -129,6 +130,7 @@ class CheckRun:
         """Replay one pass into the run directory until its localizer decides."""
         at_once = self.settings.routes_at_once if routes_at_once is None else routes_at_once
         self.replaying = plan.sessions
+        self.plan_now = plan
         self.written = []
         localizer = self.localizer(plan.sessions)
         writer = self._writer(plan, self.out, at_once)
@@ -221,7 +223,7 @@ class CheckRun:
     def _checked(self, plan: PassPlan, verdict: Verdict, localizer: Localizer, run_id: str, count: int) -> Checked:
         judged = {name: localizer.judged(name) for name in self.routes if localizer.replayed(name)}
         verdict = replace(verdict, sessions=tuple(x.name for x in plan.sessions), scope=self.scope(plan, verdict))
-        if plan.think.cap is not None and verdict.differences:
+        if plan.think.shortened and verdict.differences:
             verdict = replace(verdict, differences=(*verdict.differences[:1], plan.think.text(), *verdict.differences[1:]))
         return Checked(verdict, judged, run_id, count, self.out)
 
@@ -235,8 +237,10 @@ class CheckRun:
                         + (f": {plan.why}" if plan.why else ""))  # fmt: skip
         else:
             said.append(f"replayed {plan.why}; --full replays everything")
-        said.append(plan.think.text() + ("" if plan.think.cap is None or self.settings.full else
-                                         "; --max-think S sets the cap, --full keeps them all"))  # fmt: skip
+        cut = plan.think
+        if cut.cap is None or cut.shortened or cut.kept:  # nothing to say of a cap nothing was longer than
+            said.append(cut.text() + ("" if cut.cap is None or self.settings.full else
+                                      "; --max-think S sets the cap, --full keeps them all"))  # fmt: skip
         for p in self.done:
             if p.run != ".":  # the deciding pass is what the lines above say
                 said.append(f"pass {p.name}: {p.verdict} in {p.seconds:.1f} s ({p.summary}); its run: {p.run}")
@@ -260,6 +264,8 @@ class CheckRun:
                        turns=turns_per_session(sessions),
                        stop_session=self.options.on_fail == "stop-session")  # fmt: skip
         verdict = replace(run_verdict(localizer, self.written, plan), sessions=tuple(x.name for x in sessions))
+        if self.plan_now is not None:  # what was being replayed when the run stopped
+            verdict = replace(verdict, scope=self.scope(self.plan_now, verdict))
         judged = {name: localizer.judged(name) for name in self.routes if localizer.replayed(name)}
         return verdict, judged
 
