@@ -1,4 +1,4 @@
-"""What the tests of `check`'s focus share (tests/test_check_focus.py, tests/test_check_widening.py):
+"""What the tests of `check`'s focus share (tests/test_check_focus*.py, test_check_widening.py, test_check_routes_at_once.py):
 the reference engine and fault hops they chain, a long recording with one wedged session, running
 `check` into a run directory, and the waits a run actually sent."""
 

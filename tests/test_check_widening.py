@@ -1,7 +1,6 @@
 """`check` widens to the whole recording when its focus does not decide; `--full` replays all of it
-as recorded, `--max-think` caps every think time, and `--parallel-routes` replays the routes at
-once, a route found failing confirmed by itself so that the added load never names a hop
-(docs/design.md, "Focus"). Real engine and hops, recordings at chosen times
+as recorded, and `--max-think` caps every think time (docs/design.md, "Focus"; `--parallel-routes`:
+tests/test_check_routes_at_once.py). Real engine and hops, recordings at chosen times
 (tests/timed_recordings.py); what is asserted is what a user sees."""
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture(scope="module")
 def parts(module_engines: EngineFactory, module_mitmdumps: MitmdumpFactory) -> Parts:
-    return start_parts(module_engines, module_mitmdumps, "gateway", "edge", "clean", "limit", "wedger")
+    return start_parts(module_engines, module_mitmdumps, "clean")
 
 
 def test_a_failure_that_does_not_reproduce_widens_to_the_whole_recording(parts: Parts, tmp_path: Path) -> None:
@@ -55,31 +54,3 @@ def test_full_keeps_the_recorded_think_times_and_max_think_caps_them(parts: Part
     assert all(w < 2.5 for ws in sent_thinks(out).values() for w in ws)
     assert doc["scope"]["think"] == {"max_think": 0.5, "shortened": 4, "saved": 8.0, "kept": 0, "longest_kept": 0.0,
                                      "failures_kept": False}  # fmt: skip
-
-
-def test_routes_at_once_confirm_the_culprit_by_itself(parts: Parts, tmp_path: Path) -> None:
-    recording = long_recording(tmp_path, parts.engine, sessions=5)
-    status, doc, out = check(tmp_path, recording, parts.chain(tmp_path, "edge", "gateway"), "--parallel-routes")
-    assert status == 1 and doc["verdict"] == "proxy" and doc["culprit"] == "gateway", doc["summary"]
-    names = [p["name"] for p in doc["scope"]["passes"]]
-    assert names == ["focus", "focus: via:gateway alone"]
-    alone = doc["scope"]["passes"][1]
-    assert alone["verdict"] == "proxy" and "replayed by itself fails in the same 1 turn(s)" in alone["summary"]
-    assert alone["run"] == "passes/1-alone-via-gateway" and load_run(out / alone["run"]).routes == ["via:gateway"]
-    assert doc["scope"]["passes"][0]["routes_at_once"] is True
-    # Every route of the ladder was replayed at once: the run holds all of them.
-    assert {o.route for o in load_run(out).observations} == {"direct", "via:gateway", "via:edge"}
-
-
-def test_the_load_of_routes_at_once_never_blames_a_hop(parts: Parts, tmp_path: Path) -> None:
-    # `limit` answers 429 beyond 4 requests in flight: the 4 sessions in flight together pass it
-    # one route at a time, but not with two routes through it at once. The wedge is `wedger`'s.
-    recording = long_recording(tmp_path, parts.engine, sessions=5, cluster=4, words=150)
-    status, doc, _ = check(tmp_path, recording, parts.chain(tmp_path, "wedger", "limit"), "--parallel-routes")
-    assert status == 1 and doc["verdict"] == "proxy" and doc["culprit"] == "wedger", doc["summary"]
-    assert doc["first_turn"] == 3
-    assert all(f["outcome"] == "stall_mid_stream" for f in doc["findings"]), doc["findings"]
-    passes = {p["name"]: p for p in doc["scope"]["passes"]}
-    for name in ("focus: via:limit alone", "focus: via:wedger alone"):
-        if name in passes and passes[name]["verdict"] == "not-confirmed":  # the load at once was seen through
-            assert "focus, routes one at a time" in passes

@@ -211,11 +211,12 @@ def test_minimize_writes_its_recording_and_minimized_json_0600_in_0700(
     module_engines: EngineFactory, tmp_path: Path, capsys
 ) -> None:
     failing = module_engines("--fault", "status:code=500", "--token-interval", "0", "--ttft-base", "0")
-    # One exchange of the example (exported, cut to its first entry, imported): a fast candidate to replay.
+    # Two exchanges of the example (exported, cut to its first entries, imported): fast candidates to replay,
+    # one of which minimize can remove.
     status, _, err = main_output(capsys, "export", str(EXAMPLE), "--har", str(tmp_path / "all.har"))
     assert status == 0, err
     har = json.loads((tmp_path / "all.har").read_text())
-    har["log"]["entries"] = har["log"]["entries"][:1]
+    har["log"]["entries"] = har["log"]["entries"][:2]
     (tmp_path / "one.har").write_text(json.dumps(har))
     status, _, err = main_output(capsys, "import", str(tmp_path / "one.har"), "--out", str(tmp_path / "one"))
     assert status == 0, err
@@ -223,7 +224,7 @@ def test_minimize_writes_its_recording_and_minimized_json_0600_in_0700(
     chain.write_text(f'engine = "{failing.url}"\n')
     out = tmp_path / "min" / "a"
     status, _, err = main_output(capsys, "minimize", str(tmp_path / "one"), "--chain", str(chain), "--route", "direct",
-                                 "--budget", "2", "--out", str(out))  # fmt: skip
+                                 "--budget", "12", "--pace", "fast", "--out", str(out))  # fmt: skip
     assert status == 0, err
     assert mode(out / "minimized.json") == 0o600 and mode(out / "journal.jsonl") == 0o600
     assert mode(tmp_path / "min") == 0o700 and mode(out) == 0o700

@@ -273,9 +273,7 @@ def test_a_filter_mitmproxy_refuses_is_one_line(tmp_path: Path, capsys) -> None:
     status = main("record", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9", "--out", str(tmp_path / "r"),
                   "--filter", "~q ((")  # fmt: skip
     assert status == 2
-    assert one_line(capsys) == (
-        "proxycheck: mitmdump: did not start: proxycheck_filter: '~q ((' is not a mitmproxy filter expression"
-    )
+    assert one_line(capsys) == "proxycheck: --filter: '~q ((' is not a mitmproxy filter expression"
 
 
 def test_the_mitmdump_command_line() -> None:

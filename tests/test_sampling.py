@@ -97,7 +97,9 @@ def test_a_stalling_hop_behind_a_sampling_engine_is_found_at_its_first_failing_t
     assert status == 1 and doc["verdict"] == "proxy" and doc["culprit"] == "F", doc["summary"]
     assert doc["first_turn"] == 3
     assert doc["summary"].startswith("hop F stalls mid-stream from turn 3 on"), doc["summary"]
-    assert {f["outcome"] for f in doc["findings"] if f["route"] == "via:F"} == {"stall_mid_stream"}
+    # Failures only stalls (a degradation from a loaded machine may stand beside them).
+    assert {f["outcome"] for f in doc["findings"] if f["route"] == "via:F" and f["outcome"] not in ("slow", "buffered")} \
+        == {"stall_mid_stream"}
 
 
 def test_greedy_makes_direct_replays_agree_and_drops_the_suggestion(world: World, tmp_path: Path,

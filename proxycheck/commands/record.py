@@ -107,6 +107,14 @@ def check_arguments(args: argparse.Namespace) -> tuple[str, int]:
     # The recorder asks the same question of the directory; asked here, a problem is one line before
     # mitmdump starts (the recorder in a running proxy only warns, so that traffic goes on).
     check_appendable(args.out)
+    if args.filter and args.filter.strip():
+        # Asked here too: mitmdump may report its listening address before the addon refuses it.
+        from proxycheck.hops.record import parse_filter  # it imports mitmproxy (slow)
+
+        try:
+            parse_filter(args.filter.strip())
+        except ValueError as exc:
+            raise BadInput("--filter", str(exc)) from None
     return host, port
 
 

@@ -159,6 +159,14 @@ class RecorderConfig:
         return (self.out, self.policy, self.session_header) != (other.out, other.policy, other.session_header)
 
 
+def parse_filter(expr: str) -> Any:
+    """A mitmproxy filter expression, parsed; ValueError (naming it) when mitmproxy refuses it."""
+    try:
+        return flowfilter.parse(expr)
+    except ValueError:
+        raise ValueError(f"{expr!r} is not a mitmproxy filter expression") from None
+
+
 def parse_config(options: Any) -> tuple[RecorderConfig, Any]:
     """The recorder's options validated, and the parsed filter (None: the LLM paths); one
     OptionsError names every bad value."""
@@ -169,9 +177,9 @@ def parse_config(options: Any) -> tuple[RecorderConfig, Any]:
     parsed = None
     if expr:
         try:
-            parsed = flowfilter.parse(expr)
-        except ValueError:
-            problems.append(f"{PREFIX}filter: {expr!r} is not a mitmproxy filter expression")
+            parsed = parse_filter(expr)
+        except ValueError as exc:
+            problems.append(f"{PREFIX}filter: {exc}")
     problems += _bad_names(raw)
     if problems:
         raise exceptions.OptionsError("; ".join(problems))

@@ -240,7 +240,7 @@ def test_haproxy_does_not_reuse_a_pooled_connection_the_engine_closed(tmp_path: 
         assert agent.ok, [t.detail for s in agent.sessions for t in s.turns]
 
         chain = chain_file(tmp_path, engine.url, ("haproxy", f"url={haproxy.url}"))
-        status, doc = check(tmp_path, recording, chain)  # recorded pace: the think times matter
+        status, doc = check(tmp_path, recording, chain, "--full")  # recorded think times: they matter here
         assert status == 0 and doc["verdict"] == "healthy", doc["summary"]
         assert routes(doc)["via:haproxy"]["outcomes"] == {"ok": 4}
         replayed = [o for o in load_run(Path(doc["run"])).observations if o.route == "via:haproxy" and o.turn > 1]
