@@ -199,8 +199,13 @@ def test_timeout_shorter_than_a_long_prefill(tmp_path: Path, gateway: Gateway) -
     assert doc["first_turn"] == k and f"answers HTTP 408 from turn {k} on" in doc["summary"]
     assert routes(doc)["direct"]["failures"] == 0
     reps = routes(doc)["via:litellm"]["repetitions"]
-    assert routes(doc)["via:litellm"]["outcomes"] == {"ok": 2 * (k - 1) * reps, "http_error": 2 * reps}
+    # The turns before k got through (ok, or `slow` on a loaded machine: a degradation, reported only).
+    outcomes = dict(routes(doc)["via:litellm"]["outcomes"])
+    assert outcomes.pop("http_error") == 2 * reps and sum(outcomes.values()) == 2 * (k - 1) * reps, outcomes
+    assert set(outcomes) <= {"ok", "slow", "buffered"}, outcomes
     for finding in findings(doc):
+        if finding["outcome"] in ("slow", "buffered"):
+            continue
         assert finding["turn"] == k and finding["outcome"] == "http_error", finding
         assert finding["detail"].startswith("HTTP 408") and "litellm.Timeout" in finding["detail"], finding
         assert "hop litellm" in finding["advice"], finding
