@@ -96,25 +96,39 @@ def checked(run_dir: Path, argv: list[str]) -> dict[str, Any]:
     }
 
 
+def start_demo_engine(tmp: Path, started: list[Managed]) -> Managed:
+    """The demo's engine (its addons' scripts written into `tmp` for the hops), added to `started`."""
+    for name, text in _SCRIPTS.items():
+        (tmp / name).write_text(text)
+    engine = start_engine("--token-interval", "0.01", "--ttft-per-kb", "0.001", "--tool-call-rate", "0.9",
+                          log_dir=tmp)  # fmt: skip
+    started.append(engine)
+    return engine
+
+
+def start_demo_hops(tmp: Path, started: list[Managed], engine: Managed, recording: Path, *, min_body: int,
+                    from_turn: int = 1) -> tuple[Managed, Managed]:  # fmt: skip
+    """The demo's hops: `gateway` stalling streams of requests over `min_body` bytes (from turn
+    `from_turn`) in front of the engine, and `edge` recording into `recording` in front of it."""
+    faults = ("--set", f"proxycheck_fault_stall_after={STALL_AFTER_EVENTS}",
+              "--set", f"proxycheck_fault_min_body={min_body}", "--set", f"proxycheck_fault_from_turn={from_turn}")  # fmt: skip
+    gateway = start_mitmdump("--mode", f"reverse:{engine.url}", "-s", str(tmp / "faults_addon.py"), *faults,
+                             log_dir=tmp)  # fmt: skip
+    started.append(gateway)
+    edge = start_mitmdump("--mode", f"reverse:{gateway.url}", "-s", str(tmp / "record_addon.py"),
+                          "--set", f"proxycheck_out={recording}", log_dir=tmp)  # fmt: skip
+    started.append(edge)
+    return gateway, edge
+
+
 def time_to_verdict(sessions: int, turns: int) -> dict[str, dict[str, Any]]:
     """The demo's chain and agent; `check` on the wedged recording, then on the fixed gateway."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-check-"))
     started: list[Managed] = []
     try:
-        for name, text in _SCRIPTS.items():
-            (tmp / name).write_text(text)
-        engine = start_engine("--token-interval", "0.01", "--ttft-per-kb", "0.001", "--tool-call-rate", "0.9",
-                              log_dir=tmp)  # fmt: skip
-        started.append(engine)
-        faults = ("--set", f"proxycheck_fault_stall_after={STALL_AFTER_EVENTS}",
-                  "--set", f"proxycheck_fault_min_body={STALL_FROM_BYTES}")  # fmt: skip
-        gateway_args = ("--mode", f"reverse:{engine.url}", "-s", str(tmp / "faults_addon.py"))
-        gateway = start_mitmdump(*gateway_args, *faults, log_dir=tmp)
-        started.append(gateway)
+        engine = start_demo_engine(tmp, started)
         recording = tmp / "recording"
-        edge = start_mitmdump("--mode", f"reverse:{gateway.url}", "-s", str(tmp / "record_addon.py"),
-                              "--set", f"proxycheck_out={recording}", log_dir=tmp)  # fmt: skip
-        started.append(edge)
+        gateway, edge = start_demo_hops(tmp, started, engine, recording, min_body=STALL_FROM_BYTES)
 
         options = AgentOptions(base_url=edge.url, sessions=sessions, turns=turns, think=0.2, max_tokens=40,
                                read_timeout=STALL_TIMEOUT)  # fmt: skip
@@ -133,7 +147,9 @@ def time_to_verdict(sessions: int, turns: int) -> dict[str, dict[str, Any]]:
 
         gateway.stop()
         started.remove(gateway)
-        started.append(start_mitmdump(*gateway_args, port=gateway.port, log_dir=tmp))
+        # The same gateway without its fault, on the same port (the demo's step 4).
+        started.append(start_mitmdump("--mode", f"reverse:{engine.url}", "-s", str(tmp / "faults_addon.py"),
+                                      port=gateway.port, log_dir=tmp))  # fmt: skip
         fixed = checked(tmp / "fixed-run", argv)
         if fixed["exit"] != 0:
             raise RuntimeError(f"the regression replay still fails: {fixed['verdict']}")
@@ -338,21 +354,10 @@ def long_time_to_verdict(spec: LongSpec, check_args: list[str], keep: bool = Fal
     tmp = Path(tempfile.mkdtemp(prefix="bench-check-long-"))
     started: list[Managed] = []
     try:
-        for name, text in _SCRIPTS.items():
-            (tmp / name).write_text(text)
-        engine = start_engine("--token-interval", "0.01", "--ttft-per-kb", "0.001", "--tool-call-rate", "0.9",
-                              log_dir=tmp)  # fmt: skip
-        started.append(engine)
+        engine = start_demo_engine(tmp, started)
         answered = answer_sessions(engine.url, spec)  # the gateway's min_body depends on the bodies
-        faults = ("--set", f"proxycheck_fault_stall_after={STALL_AFTER_EVENTS}",
-                  "--set", f"proxycheck_fault_min_body={answered.min_body}",
-                  "--set", f"proxycheck_fault_from_turn={WEDGE_TURN}")  # fmt: skip
-        gateway = start_mitmdump("--mode", f"reverse:{engine.url}", "-s", str(tmp / "faults_addon.py"), *faults,
-                                 log_dir=tmp)  # fmt: skip
-        started.append(gateway)
-        edge = start_mitmdump("--mode", f"reverse:{gateway.url}", "-s", str(tmp / "record_addon.py"),
-                              "--set", f"proxycheck_out={tmp / 'edge-recording'}", log_dir=tmp)  # fmt: skip
-        started.append(edge)
+        gateway, edge = start_demo_hops(tmp, started, engine, tmp / "edge-recording", min_body=answered.min_body,
+                                        from_turn=WEDGE_TURN)  # fmt: skip
         t0 = time.monotonic()
         recording = write_long_recording(tmp / "recording", gateway.url, spec, answered)
         written = time.monotonic() - t0
