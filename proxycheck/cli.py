@@ -19,6 +19,7 @@ from proxycheck.core.errors import EXIT_BAD_INPUT, EXIT_OK, Interrupted, Proxych
 # The commands, in the order `proxycheck --help` lists them: each is `proxycheck.commands.<module>`.
 # Only the chosen command's module is imported (the others would cost every run their start-up).
 COMMANDS = {"demo": "demo", "record": "record", "sessions": "sessions", "replay": "replay", "check": "check",
+            "trace": "trace", "watch": "watch",
             "minimize": "minimize", "diff": "diff", "probe": "probe", "bench": "bench", "compare": "compare",
             "merge": "merge", "import": "importer", "export": "export", "engine": "engine",
             "agent": "agent", "addon-path": "addon_path"}  # fmt: skip

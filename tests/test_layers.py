@@ -22,7 +22,7 @@ NOT_COMMANDS = {"proxycheck.commands"}  # the package itself: every module insid
 # Inside the core, each capability builds on the ones below it (docs/design.md, "Layers"); the
 # capabilities of the top row are siblings and do not import one another.
 CORE_LEVELS = {"errors": 0, "stats": 0, "protocol": 1, "exchange": 2, "recording": 3,
-               "replay": 4, "testbed": 4, "diagnose": 4, "bench": 4, "probe": 4, "minimize": 4}  # fmt: skip
+               "replay": 4, "testbed": 4, "diagnose": 4, "bench": 4, "probe": 4, "minimize": 4, "points": 5}  # fmt: skip
 
 Graph = Mapping[str, set[str]]
 

@@ -1,13 +1,15 @@
 """What every command shares: how warnings are printed, argument types (argparse `type=`
-functions: a bad value is one line and exit 2, never a traceback) and loading a recording's
-sessions. Not a command. The exit statuses are `proxycheck.core.errors`'s."""
+functions: a bad value is one line and exit 2, never a traceback), loading a recording's
+sessions, and stopping a command that runs until it is told to (`StopSignal`). Not a command. The exit statuses are `proxycheck.core.errors`'s."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
-from typing import Callable, Sequence
+import threading
+from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 from proxycheck.core.errors import BadInput
@@ -86,3 +88,20 @@ def load_sessions(directory: str) -> list[PlannedSession]:
     loaded = open_recording(directory)
     print_warnings(loaded.warnings)
     return loaded.planned
+
+
+class StopSignal:
+    """SIGINT and SIGTERM set an event instead of raising, while a command follows something live (record, watch)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._saved: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopSignal":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._saved[sig] = signal.signal(sig, lambda *_: self.event.set())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)

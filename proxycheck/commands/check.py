@@ -20,6 +20,8 @@ from proxycheck.commandline.flags import add_max_think_flag, add_replay_flags, a
 from proxycheck.commandline.verdicts import Reports, report_check
 from proxycheck.core.diagnose.localize import MAX_REPEAT
 from proxycheck.core.errors import EXIT_INTERRUPTED, BadInput
+from proxycheck.core.points.trace import Trace
+from proxycheck.core.replay.chain import Chain
 from proxycheck.core.replay.plan import turns_naming_responses
 from proxycheck.io.inputs import check_out, check_tls, load_chain
 from proxycheck.io.outputs import check_outputs
@@ -67,6 +69,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )  # fmt: skip
     add_replay_flags(p)
     add_report_flags(p)
+    p.add_argument(
+        "--with", dest="with_points", action="append", default=[], metavar="REC_DIR",
+        help="a recording of the same traffic made at another point of the chain (repeatable): a recorded "
+        "failure that does not fail again on replay but that the points show lost between two of them is "
+        "blamed on that segment (see `proxycheck trace`)",
+    )  # fmt: skip
     p.add_argument("--out", metavar="RUN", help="the run directory to keep (default: a new one in the temp dir)")
     p.set_defaults(run=run)
 
@@ -89,10 +97,25 @@ def run(args: argparse.Namespace) -> int:
         # server: no verdict is made of them (docs/design.md, "Not evidence").
         raise BadInput(str(args.directory), f"{stateful} turn(s) continue a recorded response by previous_response_id, "
                        "which an exact replay sends to a server that never gave it: check with --mode chained")  # fmt: skip
+    points = _traced(args, chain)
     options = replay_options(args, sessions, chain=chain)
     out = args.out or tempfile.mkdtemp(prefix="proxycheck-check-")
     settings = CheckSettings(strategy=args.strategy, repeat=args.repeat, max_repeat=args.max_repeat,
                              fail_on=args.fail_on, full=args.full, max_think=args.max_think,
                              routes_at_once=args.parallel_routes)  # fmt: skip
-    check = CheckRun(str(args.directory), chain, routes, sessions, options, settings, out)
+    check = CheckRun(str(args.directory), chain, routes, sessions, options, settings, out, points=points)
     return report_check(check, Reports.of(args))
+
+
+def _traced(args: argparse.Namespace, chain: Chain) -> Trace | None:
+    """`--with`: the trace of the recording and the other points' (read before any traffic, so a
+    recording that cannot be used is one line and exit 2 before anything is replayed)."""
+    if not args.with_points:
+        return None
+    from proxycheck.commandline.common import print_warnings
+    from proxycheck.core.points.trace import trace
+    from proxycheck.io.points import load_points
+
+    points, warnings = load_points([str(args.directory), *args.with_points], chain)
+    print_warnings(warnings)
+    return trace(points, len(chain.hops), chain.hops_between)

@@ -9,7 +9,12 @@ runs, and stopping it so that nothing already recorded is lost:
   --upstream names the next proxy.
 * Before it starts: the output directory is checked as the recorder checks it
   (`proxycheck.io.storage.check_appendable`: not a file, not someone else's files, a recording
-  this proxycheck can append to); a problem is one line `proxycheck: PATH: PROBLEM`, exit 2.
+  this proxycheck can append to, made at this point); a problem is one line
+  `proxycheck: PATH: PROBLEM`, exit 2.
+* The point: `--point NAME` is `--set proxycheck_point=NAME`; without it the recorder names the
+  point after the address clients connect to. Asked before mitmdump starts when that is known
+  (--point, or --listen with an IP address and a port), and refused when it cannot be the point
+  an existing recording holds (--listen HOST:0: the port is chosen at start).
 * Start: mitmdump reports `listening at ADDR:PORT` once it listens (so `--listen HOST:0` works,
   and the real port is printed); a mitmdump that exits during start-up (port in use, an option
   the recorder refuses) is one line, `proxycheck: mitmdump did not start: ...`, and exit 2.
@@ -25,6 +30,7 @@ runs, and stopping it so that nothing already recorded is lost:
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import signal
@@ -34,9 +40,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from proxycheck.commandline.common import header_name, http_url, parse_listen, print_warnings
+from proxycheck.commandline.common import StopSignal, header_name, http_url, parse_listen, print_warnings
 from proxycheck.core.errors import EXIT_OK, BadInput, ProcessError, ProxycheckError
-from proxycheck.core.recording.journal import JOURNAL_FILE
+from proxycheck.core.recording.journal import JOURNAL_FILE, META_FILE, point_name_problem, point_of
+from proxycheck.io.jsonl import read_json_file
 from proxycheck.io.procs import Managed, mitmdump_path
 from proxycheck.io.storage import check_appendable
 
@@ -71,7 +78,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    "x-conversation-id)")
     p.add_argument("--filter", metavar="EXPR",
                    help="record the flows matching this mitmproxy filter expression instead of LLM API requests")
+    p.add_argument("--point", type=point_name, metavar="NAME",
+                   help="the name of this recorder's point of observation, kept in the recording (default: the "
+                   "address clients connect to, HOST:PORT, the real port also with --listen HOST:0)")
     p.set_defaults(run=run)
+
+
+def point_name(text: str) -> str:
+    problem = point_name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,6 +113,8 @@ def mitmdump_args(args: argparse.Namespace, host: str, port: int) -> list[str]:
         argv += ["--set", f"proxycheck_session_header={name}"]
     if args.filter:
         argv += ["--set", f"proxycheck_filter={args.filter}"]
+    if getattr(args, "point", None):  # not given: the recorder names it after its listen address
+        argv += ["--set", f"proxycheck_point={args.point}"]
     return argv
 
 
@@ -106,7 +125,10 @@ def check_arguments(args: argparse.Namespace) -> tuple[str, int]:
         raise BadInput("--upstream", "required in reverse mode (the URL of the engine or next hop)")
     # The recorder asks the same question of the directory; asked here, a problem is one line before
     # mitmdump starts (the recorder in a running proxy only warns, so that traffic goes on).
-    check_appendable(args.out)
+    point = getattr(args, "point", None)
+    check_appendable(args.out, point=point or listen_point_of(host, port))
+    if not point and port == 0:
+        _refuse_a_pointed_recording(Path(args.out), host)
     if args.filter and args.filter.strip():
         # Asked here too: mitmdump may report its listening address before the addon refuses it.
         from proxycheck.hops.record import parse_filter  # it imports mitmproxy (slow)
@@ -118,25 +140,39 @@ def check_arguments(args: argparse.Namespace) -> tuple[str, int]:
     return host, port
 
 
+def listen_point_of(host: str, port: int) -> str | None:
+    """The point name the recorder will derive from --listen, when it is known before clients
+    connect: an IP address and a port (a host name or a wildcard address is named by the address
+    clients reach, port 0 by the port the system picks)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if port == 0 or ip.is_unspecified:
+        return None
+    # Its module imports mitmproxy (slow); `run` imports it for the recorder's file anyway.
+    from proxycheck.hops.record import listen_point
+
+    return listen_point((host, port))
+
+
+def _refuse_a_pointed_recording(out: Path, host: str) -> None:
+    """Without --point on port 0, the point is named after a port chosen at start: an existing
+    recording's point it would never be (the recorder would refuse it at the first request, in a
+    warning the live view does not show)."""
+    meta_path = out / META_FILE
+    if not meta_path.is_file():
+        return
+    recorded_at = point_of(read_json_file(meta_path), str(meta_path))  # check_appendable read it already
+    if recorded_at is not None:
+        name = recorded_at["name"]
+        raise BadInput(str(out), f"recorded at point {name}; a recording holds one point, and with --listen "
+                                 f"{host}:0 this one is named after a port chosen at start (give --point {name} "
+                                 "to append, or another --out)")  # fmt: skip
+
+
 # --------------------------------------------------------------------------------------------
 # Running
-
-
-class StopSignal:
-    """SIGINT and SIGTERM set an event instead of raising, while recording."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self._saved: dict[int, Any] = {}
-
-    def __enter__(self) -> "StopSignal":
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._saved[sig] = signal.signal(sig, lambda *_: self.event.set())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._saved.items():
-            signal.signal(sig, handler)
 
 
 def start_recorder(argv: list[str], host: str) -> Managed:

@@ -52,13 +52,17 @@ How each fault works in mitmproxy 11 (checked in `mitmproxy/proxy/layers/http/__
   (`reserialize_json`), after any truncation, as a gateway that parses and re-dumps requests
   does: the content is unchanged, the bytes are not.
 * probability and seed: one seeded draw per LLM flow (`ssefilter.coin`), in order of arrival.
+* active for: the hop remembers when (`time.monotonic()`) it saw its first LLM flow; a flow that
+  starts (its request headers arrive) more than `active_for` seconds later gets no fault at all,
+  as a flow whose draw came up tails: a hop that wedges for a while and then behaves. The draws
+  go on being made, so a seeded run picks the same flows with the window as without it.
 
-Gates: the probability draw gates every fault. Stall, keep-alive stall, drop terminal, reset
-and status first also need a request body larger than `min_body` and a turn >= `from_turn`; the
-stream faults act only on SSE responses that are not content-encoded (a JSON answer has no
-events to count). With both stall and reset on, the smaller K wins; on a tie, the reset. With
-buffer on as well, the stream faults apply to the buffered body: a stall then holds the whole
-response, a reset sends none.
+Gates: the probability draw and the active_for window gate every fault. Stall, keep-alive stall,
+drop terminal, reset and status first also need a request body larger than `min_body` and a
+turn >= `from_turn`; the stream faults act only on SSE responses that are not content-encoded (a
+JSON answer has no events to count). With both stall and reset on, the smaller K wins; on a tie,
+the reset. With buffer on as well, the stream faults apply to the buffered body: a stall then
+holds the whole response, a reset sends none.
 
 A hook that raises is caught: the error is logged once for that flow, and the flow goes on
 unfaulted (an SSE response then streams through). Each fault that fires is logged at info
@@ -173,6 +177,13 @@ _OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
         "reverse order, spaces, \\u escapes, float parameters spelled 1.0).",
     ),
     ("probability", str, "1", "Probability that a flow's faults fire: one seeded draw per LLM flow (a float)."),
+    (
+        "active_for",
+        str,
+        "0",
+        "Faults fire only on flows that start within this many seconds of the first LLM flow the hop sees; "
+        "later flows pass unfaulted, like a hop that wedges for a while and then behaves (a float; 0: always).",
+    ),
     ("seed", int, 0, "Seed of the per-flow draws."),
 )
 
@@ -199,6 +210,7 @@ class FaultConfig:
     truncate_messages: int = 0
     reserialize: bool = False
     probability: float = 1.0
+    active_for: float = 0.0
     seed: int = 0
 
     @property
@@ -288,6 +300,7 @@ def parse_config(options: Any) -> FaultConfig:
         truncate_messages=read.integer("truncate_messages", 0),
         reserialize=read.raw("reserialize"),
         probability=read.number("probability", at_most=1.0),
+        active_for=read.number("active_for"),
         seed=read.raw("seed"),
     )
     if read.problems:
@@ -300,7 +313,7 @@ class _Plan:
     """What the addon decided and did for one LLM flow."""
 
     index: int  # the flow's draw index
-    fires: bool  # the probability coin came up
+    fires: bool  # the probability coin came up, inside the active_for window
     turn: int = 1
     body_bytes: int = 0  # request body as received (before any truncation)
     answered: bool = False  # the hop answers (413, 429) or never answers (blackhole): nothing else applies
@@ -389,6 +402,8 @@ class Faults:
         # ids of the LLM flows forwarded upstream whose response has not ended (max_concurrent)
         self._in_flight: set[str] = set()
         self._statuses_sent = 0  # requests answered by status_first so far
+        self._first_flow_at: float | None = None  # time.monotonic() of the first LLM flow (active_for)
+        self._window_closed = False  # the active_for window is over (logged once)
 
     # ---------------------------------------------------------------------------------------
     # options
@@ -506,9 +521,23 @@ class Faults:
     def _new_plan(self, flow: http.HTTPFlow) -> _Plan:
         cfg = self.config
         index = self._draws
-        self._draws += 1
-        plan = self._plans[flow] = _Plan(index=index, fires=coin(cfg.probability, cfg.seed, index))
+        self._draws += 1  # drawn inside the window or not: the seeded draws pick the same flows either way
+        active = self._active()  # first: the first LLM flow opens the window whatever its draw
+        plan = self._plans[flow] = _Plan(index=index, fires=coin(cfg.probability, cfg.seed, index) and active)
         return plan
+
+    def _active(self) -> bool:
+        """Whether a flow starting now is inside the active_for window (opened by the first LLM flow)."""
+        now = time.monotonic()
+        if self._first_flow_at is None:
+            self._first_flow_at = now
+        limit = self.config.active_for
+        if not limit or now - self._first_flow_at <= limit:
+            return True
+        if not self._window_closed:
+            self._window_closed = True
+            logger.info(f"proxycheck faults: active for {limit:g} s since the first LLM flow: over, flows pass unfaulted")
+        return False
 
     def _maybe_too_large(self, flow: http.HTTPFlow, plan: _Plan, size: int) -> bool:
         limit = self.config.max_body

@@ -14,12 +14,21 @@ How each requirement maps onto mitmproxy's hooks (checked in
 * Options (`load`, `configure`): declared with `loader.add_option`; `configure` validates their
   values (a filter that does not parse, a bad header name) and raises `OptionsError`, which makes
   mitmdump exit with that message, as every addon's `--set` does. It (re)opens the writer when
-  the output, redaction or session options change. No output directory: the recorder stays idle
+  the output, point, redaction or session options change. No output directory: the recorder stays idle
   and says so once. What is found in the output directory never stops mitmdump: a path that is a
   file, a recording of a newer format, an unreadable or damaged recording.json, a journal that is
   a directory (`proxycheck.io.storage.check_appendable`, which `proxycheck record` asks too, before
   it starts mitmdump) is one warning naming the path and the problem, and traffic passes
   unrecorded, at start-up as when the options change while it runs.
+* The point (`configure`, `request`): `proxycheck_point` names the point of observation this
+  recorder is (1-64 characters of letters, digits and `. _ : @ [ ] -`, else OptionsError); empty,
+  the point is named after the address the client connected to (`flow.client_conn.sockname`,
+  `HOST:PORT`, IPv6 as `[HOST]:PORT`: the real port also when listening on port 0) on the first
+  recorded request. recording.json keeps it (`point`, with the host name). One recording holds
+  one point: a recording made at another point is refused as every unusable directory is (one
+  warning, traffic passes unrecorded), at open for a named point, at the first request for a
+  derived one (nothing is written into it then); an older recording without a point takes this
+  one. A changed `proxycheck_point` reopens the writer, as a changed output does.
 * What is recorded (`request`): by default the paths `dialects.detect` recognizes (LLM
   generation endpoints); `proxycheck_filter` takes a mitmproxy filter expression instead. Other
   flows pass untouched. A request carrying `x-proxycheck-replay` (a proxycheck replay) is never
@@ -74,6 +83,7 @@ recording never mixes two clocks. Chunk arrivals and ends are read from the mono
 # No `from __future__ import annotations` here: mitmproxy runs a `-s` script without putting it
 # in sys.modules, and dataclasses then cannot resolve string annotations (see docs/mitmproxy.md).
 import asyncio
+import ipaddress
 import logging
 import time
 import weakref
@@ -88,16 +98,17 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.utils import human
 from mitmproxy.version import VERSION as MITMPROXY_VERSION
 
-from proxycheck.core.errors import ProxycheckError, StorageError
+from proxycheck.core.errors import BadInput, ProxycheckError, StorageError
 from proxycheck.core.protocol import dialects
 from proxycheck.core.protocol.httpsyntax import HEADER_NAME
 from proxycheck.core.recording.capture import ConnectionBook, coalesce, header_text, safe_mode, tee_response
+from proxycheck.core.recording.journal import POINT_NAME, point_name_problem
 from proxycheck.core.recording.redact import RedactionPolicy
 from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
 from proxycheck.core.replay.marker import REPLAY_HEADER
 from proxycheck.io.storage import RecordingWriter, check_appendable
 
-__all__ = ["REPLAY_HEADER", "Recorder", "RecorderConfig", "addons", "parse_config"]
+__all__ = ["REPLAY_HEADER", "Recorder", "RecorderConfig", "addons", "listen_point", "parse_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +127,13 @@ _OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
         "",
         "Record the flows matching this mitmproxy filter expression instead of the LLM API paths "
         "proxycheck knows (evaluated when the request is complete).",
+    ),
+    (
+        "point",
+        str,
+        "",
+        "The name of this recorder's point of observation, kept in the recording (1-64 characters of letters, "
+        "digits and . _ : @ [ ] -; empty: the address clients connect to, HOST:PORT).",
     ),
     ("redact", bool, True, "Redact credentials (headers, query parameters, body paths) before they are written."),
     ("redact_headers", Sequence[str], [], "More request and response header names whose values are redacted."),
@@ -142,6 +160,7 @@ class RecorderConfig:
 
     out: str = ""
     filter: str = ""
+    point: str = ""  # empty: named after the listen address on the first recorded request
     redact: bool = True
     redact_headers: tuple[str, ...] = ()
     redact_query: tuple[str, ...] = ()
@@ -156,7 +175,10 @@ class RecorderConfig:
 
     def needs_new_writer(self, other: "RecorderConfig") -> bool:
         """Whether going from `other` to this needs the recording reopened (the filter does not)."""
-        return (self.out, self.policy, self.session_header) != (other.out, other.policy, other.session_header)
+        def reopened_by(c: "RecorderConfig") -> tuple[Any, ...]:
+            return (c.out, c.point, c.policy, c.session_header)
+
+        return reopened_by(self) != reopened_by(other)
 
 
 def parse_filter(expr: str) -> Any:
@@ -180,12 +202,16 @@ def parse_config(options: Any) -> tuple[RecorderConfig, Any]:
             parsed = parse_filter(expr)
         except ValueError as exc:
             problems.append(f"{PREFIX}filter: {exc}")
+    point = raw["point"]
+    if point and (problem := point_name_problem(point)) is not None:
+        problems.append(f"{PREFIX}point: {problem}")
     problems += _bad_names(raw)
     if problems:
         raise exceptions.OptionsError("; ".join(problems))
     config = RecorderConfig(
         out=out,
         filter=expr,
+        point=point,
         redact=raw["redact"],
         redact_headers=tuple(raw["redact_headers"]),
         redact_query=tuple(raw["redact_query"]),
@@ -292,6 +318,22 @@ def _take_held(capture: _Capture) -> tuple[list[bytes], array]:
     return chunks, times
 
 
+def listen_point(sockname: Any) -> str | None:
+    """The point name of a listen address (a socket's address tuple): "HOST:PORT", IPv6 as
+    "[HOST]:PORT", an IPv4-mapped IPv6 address as IPv4, a link-local scope left out; None when it
+    is no IP address (a Unix socket, a mode without one)."""
+    if not isinstance(sockname, tuple) or len(sockname) < 2 or not isinstance(sockname[1], int):
+        return None
+    try:
+        ip = ipaddress.ip_address(str(sockname[0]).split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    name = f"[{ip.compressed}]:{sockname[1]}" if ip.version == 6 else f"{ip.compressed}:{sockname[1]}"
+    return name if POINT_NAME.fullmatch(name) else None
+
+
 def _offset(writer: RecordingWriter, wall: float | None) -> float:
     """The writer-clock offset of a mitmproxy wall-clock timestamp, found from its age."""
     now = writer.now()
@@ -306,6 +348,7 @@ class Recorder:
     def __init__(self) -> None:
         self.config = RecorderConfig()
         self.writer: RecordingWriter | None = None
+        self._point_known = False  # the writer's point is this recorder's (named by the option or checked)
         self._filter: Any = None  # a parsed mitmproxy filter, None for the LLM paths
         self._captures: weakref.WeakKeyDictionary[http.HTTPFlow, _Capture] = weakref.WeakKeyDictionary()
         self._request_tees: weakref.WeakKeyDictionary[http.HTTPFlow, _RequestTee] = weakref.WeakKeyDictionary()
@@ -357,10 +400,12 @@ class Recorder:
             "mode": [safe_mode(m) for m in getattr(ctx.options, "mode", ())],
             "session_headers": list(self.config.session_header),
         }
+        point = self.config.point or None  # None: named after the listen address on the first request
         try:
-            check_appendable(out)
+            check_appendable(out, point=point)
             # The monotonic clock, explicitly: held chunk times are converted onto it.
-            self.writer = RecordingWriter(out, self.config.policy, source=source, clock=time.monotonic)
+            self.writer = RecordingWriter(out, self.config.policy, source=source, clock=time.monotonic, point=point)
+            self._point_known = point is not None
         except ProxycheckError as exc:  # BadInput (what is there), StorageError (cannot write there)
             self._warn_once(f"open:{out}:{exc}", f"proxycheck recorder: {exc}; traffic passes unrecorded")
             return
@@ -371,7 +416,8 @@ class Recorder:
             return
         redaction = "on" if self.config.redact else "OFF"
         what = f"flows matching {self.config.filter!r}" if self.config.filter else "LLM API requests"
-        logger.info(f"proxycheck recorder: recording {what} to {out} (redaction {redaction})")
+        where = f"point {point}" if point else "the point named after the listen address"
+        logger.info(f"proxycheck recorder: recording {what} to {out} as {where} (redaction {redaction})")
 
     def _close_writer(self, reason: str) -> None:
         writer, self.writer = self.writer, None
@@ -520,6 +566,8 @@ class Recorder:
         body = bytes(tee.body) if tee is not None else (request.raw_content or b"")
         if not self._wanted(flow, body):
             return
+        if not self._point_known and not self._name_point(writer, flow):
+            return
         args = (request.method, header_text(request.url), _headers(request.headers), body)
         kwargs: dict[str, Any] = {
             "http_version": request.http_version,
@@ -542,6 +590,25 @@ class Recorder:
             return
         self._captures[flow] = _Capture(writer, xid, f"{request.method} {request.path}")
         self.recorded += 1
+
+    def _name_point(self, writer: RecordingWriter, flow: http.HTTPFlow) -> bool:
+        """Name the recording's point after the address this request's client connected to (a
+        recorder without proxycheck_point, on its first recorded request); False when the
+        recording holds another point: refused as at open, nothing written into it. Run on the
+        event loop, never in a thread: the first request names the point, the later ones see it."""
+        name = listen_point(flow.client_conn.sockname)
+        if name is None:
+            return True  # no IP address to name it after: the recording stays without a point (its directory names it)
+        try:
+            writer.name_point(name)
+        except BadInput as exc:
+            if writer is self.writer:
+                self.writer = None
+                self._warn_once(f"open:{writer.directory}:{exc}", f"proxycheck recorder: {exc}; traffic passes unrecorded")
+                writer.discard()
+            return False
+        self._point_known = True
+        return True
 
     def _wanted(self, flow: http.HTTPFlow, body: bytes) -> bool:
         if self._filter is not None:

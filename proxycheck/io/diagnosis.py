@@ -37,6 +37,7 @@ from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.exchange.watchdogs import Watchdogs
 from proxycheck.core.minimize.ddmin import Budget
+from proxycheck.core.points.trace import Trace, placed_by_points
 from proxycheck.core.recording.sessions import attempt_text
 from proxycheck.core.replay.chain import Chain, Route
 from proxycheck.core.replay.focus import PassPlan, plan_passes
@@ -98,6 +99,7 @@ class CheckRun:
     replaying: list[PlannedSession] = field(default_factory=list)  # the current pass's sessions
     done: list[ReplayedPass] = field(default_factory=list)
     plan_now: PassPlan | None = None  # the pass being replayed
+    points: Trace | None = None  # `--with`: the recording traced with others of the same traffic (core/points)
 
     def localizer(self, sessions: Sequence[PlannedSession] | None = None) -> Localizer:
         s = self.settings
@@ -225,6 +227,8 @@ class CheckRun:
         verdict = replace(verdict, sessions=tuple(x.name for x in plan.sessions), scope=self.scope(plan, verdict))
         if plan.think.shortened and verdict.differences:
             verdict = replace(verdict, differences=(*verdict.differences[:1], plan.think.text(), *verdict.differences[1:]))
+        if self.points is not None:
+            verdict = placed_by_points(verdict, self.points)
         return Checked(verdict, judged, run_id, count, self.out)
 
     def scope(self, plan: PassPlan, verdict: Verdict) -> Scope:

@@ -8,7 +8,9 @@ line-level rules, shared with runs, are `proxycheck.io.jsonl`).
 
 Whether a recording can be opened for appending in a directory is one function,
 `check_appendable`, which the recorder addon and `proxycheck record` both ask before they write
-(it reads and never changes what is there). A writer that can no longer write (a full disk, a
+(it reads and never changes what is there); it also refuses a recording made at another point of
+observation than the one that would append (one recording holds one point, recording.json's
+`point`). A writer that can no longer write (a full disk, a
 read-only one, a file size limit) raises `StorageError` and writes nothing more; on that first
 failure it frees the small reserve file it made at open (`RESERVE_FILE`) and notes in
 recording.json, under `write_failures`, from when it failed, why, and which exchanges were in
@@ -22,6 +24,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,16 +49,18 @@ RESERVE_FILE = ".reserve"
 RESERVE_BYTES = 16 << 10
 
 
-def check_appendable(directory: str | os.PathLike[str], *, others_allowed: bool = False) -> None:
+def check_appendable(directory: str | os.PathLike[str], *, others_allowed: bool = False, point: str | None = None) -> None:
     """Whether a recording can be created, or appended to, in `directory`: BadInput naming the
     path and the problem when what is there is no recording to append to, StorageError when it
     cannot be written. Reads only: nothing there is created, changed or removed.
 
     A directory holding other files but no recording.json is refused unless `others_allowed`
-    (the recorder and `proxycheck record` never mix a recording into someone else's files)."""
+    (the recorder and `proxycheck record` never mix a recording into someone else's files).
+    `point`: the name of the point that would append; a recording made at another point is
+    refused (one recording holds one point), one without a point takes it."""
     root = Path(directory)
     try:
-        _check_appendable(root, others_allowed)
+        _check_appendable(root, others_allowed, point)
     except RecursionError:
         raise BadInput(str(root / fmt.META_FILE), "nested too deeply to be read (not a recording)") from None
     except OSError as exc:
@@ -66,7 +71,12 @@ def _unwritable(path: Path, why: str) -> StorageError:
     return StorageError(f"{path}: cannot write a recording here: {why}")
 
 
-def _check_appendable(root: Path, others_allowed: bool) -> None:
+def other_point(root: Path, recorded_at: str) -> BadInput:
+    """The refusal to append to a recording made at another point."""
+    return BadInput(str(root), f"recorded at point {recorded_at}; a recording holds one point (give another --out)")
+
+
+def _check_appendable(root: Path, others_allowed: bool, point: str | None) -> None:
     if not root.exists() and not root.is_symlink():
         ancestor = root.parent
         while not ancestor.exists() and ancestor != ancestor.parent:
@@ -94,6 +104,9 @@ def _check_appendable(root: Path, others_allowed: bool) -> None:
     if meta.get("format") != fmt.FORMAT:
         raise BadInput(str(meta_path), f"recording format {meta.get('format')!r}: this proxycheck appends only to "
                                        f"format {fmt.FORMAT} (record into a new directory)")  # fmt: skip
+    recorded_at = fmt.point_of(meta, str(meta_path))
+    if point is not None and recorded_at is not None and recorded_at["name"] != point:
+        raise other_point(root, recorded_at["name"])
     if journal.exists() or journal.is_symlink():
         if not journal.is_file():
             raise BadInput(str(journal), "is not a file")
@@ -118,6 +131,12 @@ class RecordingWriter:
 
     A write that fails (`OSError`) is a `StorageError`; the first one is noted in recording.json
     (`write_failures`, in the space the reserve file frees) and every later write refuses at once.
+
+    `point` (and `host`, default the machine's name): the point of observation recording. A new
+    recording's recording.json says it; an existing one without a point gets it, atomically, at
+    open; one made at another point is refused (BadInput, before anything there changes). A
+    recorder that learns its point's name only from its first request opens without one and calls
+    `name_point`.
     """
 
     def __init__(
@@ -128,8 +147,11 @@ class RecordingWriter:
         source: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        point: str | None = None,
+        host: str | None = None,
     ) -> None:
         self.directory = Path(directory)
+        entry = None if point is None else fmt.point_entry(point, socket.gethostname() if host is None else host)
         self.policy = policy or RedactionPolicy.default()
         self._clock = clock
         self._lock = threading.RLock()
@@ -142,7 +164,7 @@ class RecordingWriter:
         self._histories: dict[bytes, int] = {}
         self._failure: StorageError | None = None  # the first failed write: nothing is written after it
         self._reserve: Path | None = None
-        check_appendable(self.directory, others_allowed=True)
+        check_appendable(self.directory, others_allowed=True, point=point)
         try:
             self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
             meta_path = self.directory / fmt.META_FILE
@@ -150,10 +172,16 @@ class RecordingWriter:
                 self.meta = _read_metadata(meta_path)
                 existing = _scan_existing(self.directory / fmt.JOURNAL_FILE)
                 self._next_xid, self._known = existing
+                if entry is not None and fmt.point_of(self.meta, str(meta_path)) is None:
+                    # An older recording takes the point of its first append (check_appendable
+                    # refused one made at another point).
+                    self.meta = {**self.meta, fmt.POINT: entry}
+                    atomic_write(meta_path, _metadata_bytes(self.meta))
             else:
                 now = wall()
                 created = _dt.datetime.fromtimestamp(now, _dt.timezone.utc).isoformat()
-                self.meta = fmt.new_metadata(now, created, __version__, source=source or {})
+                extra: dict[str, Any] = {} if entry is None else {fmt.POINT: entry}
+                self.meta = fmt.new_metadata(now, created, __version__, source=source or {}, **extra)
                 atomic_write(meta_path, _metadata_bytes(self.meta))
                 self._next_xid, self._known = 1, set()
             # Offsets are measured on the monotonic clock, anchored to wall time once.
@@ -290,6 +318,41 @@ class RecordingWriter:
                 self._closed = True
                 os.close(self._fd)
                 self._free_reserve()
+
+    def name_point(self, name: str, host: str | None = None) -> None:
+        """Name the recording's point, for a recorder that learns its name only from its first
+        request (its listen address): written once, atomically, when the recording has no point
+        yet; nothing when it has this one; BadInput (nothing written) when it holds another's."""
+        with self._lock:
+            meta_path = self.directory / fmt.META_FILE
+            recorded_at = fmt.point_of(self.meta, str(meta_path))
+            if recorded_at is not None:
+                if recorded_at["name"] != name:
+                    raise other_point(self.directory, recorded_at["name"])
+                return
+            self._refuse_if_failed()
+            meta = {**self.meta, fmt.POINT: fmt.point_entry(name, socket.gethostname() if host is None else host)}
+            try:
+                atomic_write(meta_path, _metadata_bytes(meta))
+            except OSError as exc:
+                raise self._failed(meta_path, exc) from exc
+            self.meta = meta
+
+    @property
+    def point(self) -> dict[str, str] | None:
+        """The recording's point (`{"name", "host"}`), None while it has none."""
+        return fmt.point_of(self.meta, str(self.directory / fmt.META_FILE))
+
+    def discard(self) -> None:
+        """Close without writing another record: the recording was refused after it was opened
+        (its point turned out to be another's), so nothing of this writer's stays in it."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._pending.clear()
+            os.close(self._fd)
+            self._free_reserve()
 
     @property
     def inflight(self) -> frozenset[int]:

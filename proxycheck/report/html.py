@@ -385,6 +385,11 @@ def html_report(verdict: Verdict) -> str:
     advice = advice_groups(verdict)
     if advice:
         parts.append(advice_list(advice))
+    if verdict.seen_while_recording is not None:
+        seen = verdict.seen_while_recording
+        items = "".join(f"<li>{e(line)}</li>" for line in seen.exchanges)
+        parts.append(f'<section id="seen"><h2>Seen while recording (points {e(", ".join(seen.points))})</h2>'
+                     f"<ul>{items}</ul></section>")
     if verdict.differences:
         parts.append(differences_list(verdict.differences))
     if verdict.scope is not None:

@@ -40,6 +40,7 @@ from proxycheck.core.diagnose.verdict import (
     NoiseFloor,
     RouteReport,
     Scope,
+    SeenWhileRecording,
     Verdict,
 )
 from proxycheck.core.exchange.observation import Observation
@@ -70,6 +71,9 @@ def headline(verdict: Verdict) -> str:
         return f"{verdict.verdict}: the engine"
     if verdict.culprit:
         return f"{verdict.verdict}: hop {verdict.culprit}"
+    seen = verdict.seen_while_recording
+    if seen is not None and seen.outer is not None:
+        return f"{verdict.verdict}: between {seen.inner} and {seen.outer}"
     return verdict.verdict
 
 
@@ -498,6 +502,13 @@ def scope_view(scope: Scope) -> list[RenderableType]:
     return parts
 
 
+def seen_view(seen: SeenWhileRecording) -> list[RenderableType]:
+    """`check --with`: what the points saw of the failures the replay did not bring back."""
+    parts: list[RenderableType] = [Text(f"Seen while recording (points {', '.join(seen.points)}):", style="bold")]
+    parts.extend(Padding(Text(f"- {line}"), (0, 0, 0, 2)) for line in seen.exchanges)
+    return parts
+
+
 def differences_view(differences: Sequence[str]) -> list[RenderableType]:
     parts: list[RenderableType] = [Text("What differed from the recording:", style="bold")]
     parts.extend(Padding(Text(f"- {d}"), (0, 0, 0, 2)) for d in differences)
@@ -574,6 +585,8 @@ def verdict_view(verdict: Verdict, width: int = 100) -> RenderableType:
     if advice:
         parts.extend(advice_view(advice))
     parts.extend(Text(line, style="dim") for line in key_lines(verdict))
+    if verdict.seen_while_recording is not None:
+        parts.extend(seen_view(verdict.seen_while_recording))
     if verdict.differences:
         parts.extend(differences_view(verdict.differences))
     if verdict.scope is not None:

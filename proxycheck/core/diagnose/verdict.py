@@ -254,6 +254,26 @@ class Scope:
 
 
 @dataclass(frozen=True, slots=True)
+class SeenWhileRecording:
+    """`check --with`: recorded failures that did not fail again on replay, placed by recordings
+    made at several points while they happened (`proxycheck.core.points.trace`): the segment
+    between two points (`outer` None: inside the point `inner`), its hops when the chain file
+    places both points, and a line per exchange saying what each point saw."""
+
+    outer: str | None
+    inner: str
+    hops: tuple[str, ...] | None
+    points: tuple[str, ...]  # the points traced, from the client inward
+    exchanges: tuple[str, ...]
+
+    def segment_json(self) -> dict[str, Any]:
+        return {"outer": self.outer, "inner": self.inner, "hops": list(self.hops) if self.hops is not None else None}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"points": list(self.points), "segment": self.segment_json(), "exchanges": list(self.exchanges)}
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     verdict: str
     culprit: str | None  # a hop name, ENGINE for `server`, None otherwise
@@ -274,6 +294,7 @@ class Verdict:
     advice: tuple[Advice, ...] = ()  # once per hop and kind of finding, over every failing exchange
     suggestions: tuple[str, ...] = ()  # how to replay for better evidence (`suggestions`)
     scope: Scope | None = None  # what check replayed to decide, and why (None: a run judged as it is)
+    seen_while_recording: SeenWhileRecording | None = None  # `check --with`: placed by the points, not the replay
 
     def session_label(self, session: str) -> str:
         """The label (s1, s2 ...) of a session id, as `proxycheck sessions` shows it."""
@@ -326,6 +347,8 @@ class Verdict:
             "suggestions": list(self.suggestions),
             "advice": [a.to_json() for a in self.advice],
             "scope": self.scope.to_json() if self.scope else None,
+            "segment": self.seen_while_recording.segment_json() if self.seen_while_recording else None,
+            "seen_while_recording": self.seen_while_recording.to_json() if self.seen_while_recording else None,
         }
 
 

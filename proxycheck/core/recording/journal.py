@@ -3,7 +3,8 @@
 A recording is a directory:
 
     recording.json   metadata, written once: {"format": 1, "kind": "proxycheck.recording",
-                     "started_at": <epoch seconds>, "created": <ISO time>, "proxycheck": <version>}
+                     "started_at": <epoch seconds>, "created": <ISO time>, "proxycheck": <version>,
+                     "point": {"name": NAME, "host": HOSTNAME}}  (`point`: the recorder that made it)
     journal.jsonl    append-only, one JSON record a line, in the order things happened
     blobs/<id>       pieces too large for a journal line (raw bytes, written before they are used)
 
@@ -31,6 +32,11 @@ may have held one of an exchange's records (`RecordedExchange.lost_line`) makes 
 loaded exchange shows (in flight, cut short) not recorded to the end as well: a wedge is never
 made of a line that cannot be read.
 A header value that carried a secret is stored as `{"redacted":true}`.
+
+`point` names the point of observation the recording was made at (the recorder's
+`proxycheck_point`, or its listen address `HOST:PORT`; the machine's host name): written with the
+metadata, or atomically when a recording without one (an older one) is first appended to. One
+recording holds one point; one without `point` is the point named after its directory.
 
 BODY is a request body cut into content-addressed pieces (message-level deduplication, byte-exact
 when joined): see `proxycheck.core.recording.bodies`. Its history may build on an earlier exchange's
@@ -224,6 +230,42 @@ def write_failure_entry(t: float, message: str, incomplete: Iterable[int], detai
     if detail is not None:
         entry["detail"] = detail
     return entry
+
+
+# recording.json's point of observation: {"name": NAME, "host": HOSTNAME}, the recorder that made it
+# (see the module docstring). One recording holds one point.
+POINT = "point"
+POINT_NAME = re.compile(r"[A-Za-z0-9._:@\[\]-]{1,64}")  # "engine-side", "127.0.0.1:8080", "[::1]:8080"
+
+
+def point_name_problem(name: Any) -> str | None:
+    """What is wrong with a point's name (None: nothing), in words that follow the name's place."""
+    if isinstance(name, str) and POINT_NAME.fullmatch(name):
+        return None
+    return f"{name!r} is not a point name (1-64 characters of letters, digits and . _ : @ [ ] -)"
+
+
+def point_entry(name: str, host: str) -> dict[str, str]:
+    """recording.json's `point` member; ValueError for a name the rule refuses (callers check names
+    where they are given, so this is a bug, not bad input)."""
+    problem = point_name_problem(name)
+    if problem is not None or not isinstance(host, str):
+        raise ValueError(problem or f"point host {host!r} is not a string")
+    return {"name": name, "host": host}
+
+
+def point_of(meta: Mapping[str, Any], where: str = META_FILE) -> dict[str, str] | None:
+    """The point a recording's metadata names (`{"name", "host"}`), None when it names none (an
+    older recording, an import: it is the point named after its directory). BadInput at `where`
+    when `point` is there but not of that shape: a recording whose point cannot be told is not one
+    to append to, nor to match against others."""
+    if POINT not in meta:
+        return None
+    point = meta[POINT]
+    if not isinstance(point, dict) or not isinstance(point.get("host"), str) or point_name_problem(point.get("name")):
+        raise BadInput(where, f"{POINT} is not {{\"name\": NAME, \"host\": HOST}} with a point name "
+                              "(1-64 characters of letters, digits and . _ : @ [ ] -)")  # fmt: skip
+    return {"name": point["name"], "host": point["host"]}
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,17 +1,24 @@
-"""The chain file: the engine, the hops in front of it, and the routes a replay can take.
+"""The chain file: the engine, the hops in front of it, the routes a replay can take, and where recorders stand.
 
     engine = "http://127.0.0.1:30000"
     [engine_options]
     headers = { Authorization = "Bearer ${ENGINE_API_KEY}" }
     verify = true                     # true | false | "path/to/ca.pem"
+    point = "inner"                   # a recorder just in front of the engine
     [[hop]]                           # listed from the client inward
     name = "corp"
     proxy = "http://127.0.0.1:3128"   # a forward hop
+    point = ["client", "client-2"]    # recorders just in front of (client side of) this hop
     [[hop]]
     name = "edge"
     url = "http://127.0.0.1:8080"     # a reverse hop
     headers = { "x-api-key" = "${EDGE_KEY}" }
     query = { key = "${EDGE_KEY}" }   # a query parameter the recording holds redacted
+
+Points: `point` names the recorders (proxycheck's addon) standing at a place of the chain, for
+`proxycheck trace`. Position i is in front of hops[i], position len(hops) in front of the engine;
+the hops between an outer point at i and an inner one at j are hops[i:j] (`Chain.hops_between`).
+Point names are unique in the file.
 
 Routes: `direct` (the engine URL) and `via:NAME` (enter the chain at hop NAME and pass every hop
 from there inward). The *ladder* is `direct, via:hops[n-1], ..., via:hops[0]`.
@@ -56,10 +63,13 @@ from urllib.parse import quote, unquote, unquote_plus, urlsplit, urlunsplit
 
 from proxycheck.core.errors import BadInput
 from proxycheck.core.protocol.httpsyntax import HEADER_NAME, value_problem_at
+from proxycheck.core.recording.journal import POINT_NAME
 
 DIRECT = "direct"
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# A point's name as the recorder takes it (an address such as "127.0.0.1:8080" or "[::1]:8080" passes).
+POINT_NAME_MAX = 64  # the rule is the recordings' (`journal.POINT_NAME`): a chain file names the same points
 
 Verify = bool | str
 Pairs = tuple[tuple[str, str], ...]
@@ -137,6 +147,22 @@ class Chain:
     source: str = ""
     engine_query: Pairs = ()
     engine_auth: str | None = field(default=None, repr=False)  # Basic authorization from `engine`'s userinfo
+    # Where the file places recorders: (name, position), in the order the file gives them. Position
+    # i is in front of (client side of) hops[i]; len(hops) is in front of the engine.
+    points: tuple[tuple[str, int], ...] = ()
+
+    def point_position(self, name: str) -> int | None:
+        """Where point `name` stands (see `points`); None for a point the file does not place."""
+        return next((position for point, position in self.points if point == name), None)
+
+    def hops_between(self, outer: int, inner: int) -> tuple[str, ...]:
+        """The names of the hops between two positions: hops[outer:inner] (none when they are the
+        same place). Given the other way round, the same hops: a segment spans them either way."""
+        for position in (outer, inner):
+            if not 0 <= position <= len(self.hops):
+                raise ValueError(f"position {position} is not in the chain (0..{len(self.hops)})")
+        low, high = sorted((outer, inner))
+        return tuple(h.name for h in self.hops[low:high])
 
     def hop(self, name: str) -> Hop:
         for h in self.hops:
@@ -164,6 +190,8 @@ class Chain:
         }
         if self.engine_query:
             doc["engine_query"] = [n for n, _ in self.engine_query]
+        if self.points:
+            doc["points"] = dict(self.points)
         return doc
 
     def route(self, name: str) -> Route:
@@ -266,8 +294,8 @@ def parse_chain(text: str, env: Mapping[str, str], where: str) -> Chain:
     character or surrounding whitespace, also once `${VAR}` is expanded, naming the variable; a
     variable unset or empty), a bad `query` table, a URL without an http(s) scheme, a host or a
     valid port, a bad `verify`, a bad or repeated hop name, userinfo in a URL whose route also
-    sends an Authorization header. Such a chain would otherwise fail every exchange at the
-    client, and the failures would read as the engine's."""
+    sends an Authorization header, a bad `point` or a point name given twice. Such a chain would
+    otherwise fail every exchange at the client, and the failures would read as the engine's."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -284,6 +312,8 @@ def parse_chain(text: str, env: Mapping[str, str], where: str) -> Chain:
     headers = check.headers(options.get("headers", {}), ("engine_options",), "engine_options")
     query = check.query(options.get("query", {}), ("engine_options",), "engine_options")
     verify = check.verify(options.get("verify", True), ("engine_options",), "engine_options")
+    engine_points = check.points(options, ("engine_options",), "engine_options")
+    placed: list[tuple[str, int, tuple[str | int, ...]]] = []  # (name, position, its table) of every point
     raw_hops = doc.get("hop", [])
     if not isinstance(raw_hops, list):
         check.fail((), ("hop",), "hop must be an array of tables ([[hop]], one per hop)")
@@ -293,7 +323,10 @@ def parse_chain(text: str, env: Mapping[str, str], where: str) -> Chain:
         if any(h.name == hop.name for h in hops):
             check.fail(("hop", index), ("name",), f"hop names must be unique: {hop.name} is given twice")
         hops.append(hop)
-    chain = Chain(engine, headers, verify, tuple(hops), where, query, engine_auth)
+        placed += [(name, index, ("hop", index)) for name in check.points(raw, ("hop", index), f"hop {_quote(hop.name)}")]
+    placed += [(name, len(hops), ("engine_options",)) for name in engine_points]
+    points = check.unique_points(placed)
+    chain = Chain(engine, headers, verify, tuple(hops), where, query, engine_auth, points)
     check.credentials_once(chain)
     return chain
 
@@ -302,8 +335,8 @@ def parse_chain(text: str, env: Mapping[str, str], where: str) -> Chain:
 # Validation
 
 _TOP_KEYS = ("engine", "engine_options", "hop")
-_OPTION_KEYS = ("headers", "query", "verify")
-_HOP_KEYS = ("name", "url", "proxy", "headers", "query", "verify")
+_OPTION_KEYS = ("headers", "query", "verify", "point")
+_HOP_KEYS = ("name", "url", "proxy", "headers", "query", "verify", "point")
 _TOKEN = HEADER_NAME  # RFC 9110 5.6.2: a field name is a token
 # Headers the client sets for each connection and body (RFC 9110 7.6.1, and the framing of the
 # body): one given in the chain file would contradict the client's own and break every request
@@ -325,13 +358,17 @@ class _Checker:
         self.where = where
 
     def fail(self, table: tuple[str | int, ...], keys: tuple[str, ...], message: str) -> NoReturn:
+        line = self.line(table, keys)
+        raise BadInput(f"{self.where}:{line}" if line else self.where, message)
+
+    def line(self, table: tuple[str | int, ...], keys: tuple[str, ...]) -> int | None:
         line = self.lines.line_of(table, keys)
         if line is None and table:
             # A table written inline (`engine_options = { ... }`, `hop = [{ ... }]`): its keys are
             # searched from the line that starts it; an inline array's items are not told apart.
             inline = (table[0],) + keys if len(table) == 1 else (table[0],)
             line = self.lines.line_of((), inline)
-        raise BadInput(f"{self.where}:{line}" if line else self.where, message)
+        return line
 
     def keys(self, value: dict[str, Any], table: tuple[str | int, ...], known: tuple[str, ...], what: str) -> None:
         """Every key of a table is one it knows: a misspelt key would otherwise be ignored."""
@@ -388,6 +425,48 @@ class _Checker:
             seen.add(name.lower())
             out.append((name, expanded))
         return tuple(out)
+
+    def points(self, raw: dict[str, Any], table: tuple[str | int, ...], what: str) -> tuple[str, ...]:
+        """The names of `point = "NAME"` (or a list of names): the recorders standing at this place."""
+        if "point" not in raw:
+            return ()
+        value = raw["point"]
+
+        def bad(problem: str) -> NoReturn:
+            self.fail(table, ("point",), f"{what}: {problem}")
+
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, list):
+            bad(f"point must be a name or a list of names, in quotes (got {_shown_value(value)})")
+        odd = next((n for n in names if not isinstance(n, str)), None)
+        if odd is not None:
+            bad(f"point must be a name or a list of names, in quotes (got a list holding {_shown_value(odd)})")
+        if not names:
+            bad('point = [] names no point: give a name, a list of names (point = ["a", "b"]), or no point key')
+        for name in names:
+            if len(name) > POINT_NAME_MAX:
+                bad(f"point name {_quote(name[:20])}... is {len(name)} characters long (at most {POINT_NAME_MAX})")
+            if not POINT_NAME.fullmatch(name):
+                odd_char = next((c for c in name if not POINT_NAME.fullmatch(c)), "")
+                problem = f"has {_quote(odd_char)} in it" if name else "is empty"
+                bad(f"point name {_quote(name)} {problem} (a point name is 1-{POINT_NAME_MAX} characters: letters, digits and "
+                    ". _ : @ [ ] -)")  # fmt: skip
+        return tuple(names)
+
+    def unique_points(self, placed: list[tuple[str, int, tuple[str | int, ...]]]) -> tuple[tuple[str, int], ...]:
+        """The points (name, position) in the order the file gives them; a name given twice, in one
+        place or two, is refused at its second line (a recording is one point: it has one place)."""
+        # The engine's options may come before the hops in the text: order by the line of each `point`.
+        ordered = sorted(enumerate(placed), key=lambda item: (self.line(item[1][2], ("point",)) or 0, item[0]))
+        seen: dict[str, tuple[int, int | None]] = {}  # name: (position, line)
+        for _, (name, position, table) in ordered:
+            line = self.line(table, ("point",))
+            if name in seen:
+                first = seen[name][1]
+                self.fail(table, ("point",), f"point names must be unique: {name} is given twice"
+                                             + (f" (first at line {first})" if first and first != line else ""))  # fmt: skip
+            seen[name] = (position, line)
+        return tuple((name, position) for name, (position, _) in seen.items())
 
     def credentials_once(self, chain: Chain) -> None:
         """Userinfo in a URL becomes that route's Authorization (Proxy-Authorization for a
@@ -530,6 +609,12 @@ class _Checker:
         if isinstance(value, bool) or (isinstance(value, str) and value and value.isprintable()):
             return value
         self.fail(table, ("verify",), f"{_prefix(what)}verify must be true, false or the path of a CA file")
+
+
+def _shown_value(value: Any) -> str:
+    """A TOML value of the wrong type, as a message may show it (one line, short)."""
+    kind = {bool: "a boolean", int: "a number", float: "a number", dict: "a table", list: "a list"}.get(type(value))
+    return kind or f"a {type(value).__name__}"
 
 
 def _prefix(what: str) -> str:

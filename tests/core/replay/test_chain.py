@@ -186,7 +186,7 @@ def error_of(text: str) -> str:
         (BASE.replace("verify = false", "verify = false\nheader = {}"),
          'chain.toml:5: engine_options: unknown key "header" (did you mean "headers"?)'),
         (BASE + 'header = { A = "1" }\n', 'chain.toml:13: hop "edge": unknown key "header" (did you mean "headers"?)'),
-        (BASE + "colour = 1\n", 'chain.toml:13: hop "edge": unknown key "colour" (known: name, url, proxy, headers, query, verify)'),
+        (BASE + "colour = 1\n", 'chain.toml:13: hop "edge": unknown key "colour" (known: name, url, proxy, headers, query, verify, point)'),
         (BASE.replace('name = "corp"', 'name = "corp"\n"ur l" = 1'),
          'chain.toml:8: hop "corp": unknown key "ur l" (did you mean "url"?)'),
         # TOML syntax: tomllib's line, on one line
@@ -232,7 +232,7 @@ def test_each_mistake_is_one_line_naming_the_file_and_line(text: str, expected: 
          "letters, digits and !#$%&'*+-.^_`|~ are)"),
         # Comments and quoting in headers; a key named like a value elsewhere.
         ('engine = "http://e"  # url\n[ "engine_options" ] # the options\nverify = true\n"url" = "x"\n',
-         'chain.toml:4: engine_options: unknown key "url" (known: headers, query, verify)'),
+         'chain.toml:4: engine_options: unknown key "url" (known: headers, query, verify, point)'),
     ],
 )
 def test_lines_are_found_however_the_toml_spells_the_key(text: str, expected: str) -> None:
