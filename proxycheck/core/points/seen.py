@@ -26,7 +26,6 @@ HEAD = 4096  # response bytes kept per exchange to tell identical requests apart
 
 # Stages of progress, in order: how far an exchange got at one point.
 NOTHING, HEADERS, BYTES, COMPLETE = 0, 1, 2, 3
-STAGE_WORDS = {NOTHING: "no response", HEADERS: "headers only", BYTES: "part of the answer", COMPLETE: "complete"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +120,6 @@ class Seen:
         """Request to first content (or, unstreamed, to the response headers), on its own clock."""
         first = self.first_content if self.first_content is not None else self.t_response
         return None if first is None else first - self.t_request
-
-    @property
-    def lifetime_end(self) -> float | None:
-        return self.t_ended
 
     def progress_text(self) -> str:
         """What this point got, in a few words: "812 events, [DONE]", "40 events", "HTTP 502"."""

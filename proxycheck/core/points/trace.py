@@ -437,16 +437,17 @@ def trace(points: Sequence[PointLog], engine_position: int | None = None,
         _count(pairs, ordered, seen, resent, covered)
     tracks = []
     for (seen, resent), covered in zip(raw, covered_of):
-        locus = _locate(seen, resent, covered, pairs, ordered)
-        track = Track(tuple(seen), tuple(resent), tuple(covered), locus)
-        tracks.append(Track(track.seen, track.resent, track.covered, locus, _line(track, ordered)))
+        track = Track(tuple(seen), tuple(resent), tuple(covered), _locate(seen, resent, covered, pairs, ordered))
+        tracks.append(replace(track, line=_line(track, ordered)))
     tracks.sort(key=lambda t: (ref.started_at + _start_wall(t, ordered, offsets)))
     return _decide(ordered, order, offsets, pairs, tracks, engine_position, hops_between)
 
 
 def _pair_offset(a: Offset, b: Offset) -> Offset:
-    return Offset(b.seconds - a.seconds, max(a.spread, b.spread), min(a.anchors, b.anchors) if a.anchors else b.anchors,
-                  b.source)  # fmt: skip
+    """The offset between two points from their offsets against the outermost (the reference's
+    own offset has no anchors: the pair's are the other's)."""
+    anchors = min(a.anchors, b.anchors) if a.anchors else b.anchors
+    return Offset(b.seconds - a.seconds, max(a.spread, b.spread), anchors, b.source)
 
 
 def _start_wall(track: Track, points: Sequence[PointLog], offsets: Sequence[Offset]) -> float:
