@@ -85,6 +85,12 @@ def add_watchdog_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--header-timeout", type=positive_seconds, metavar="S", help="response headers watchdog (s)")
     p.add_argument("--stall-timeout", type=positive_seconds, metavar="S", help="no-content-progress watchdog (s)")
     p.add_argument("--total-timeout", type=positive_seconds, metavar="S", help="whole-exchange watchdog (s)")
+    p.add_argument(
+        "--patience", type=positive_seconds, metavar="S",
+        help="how long the real client waits through a silence before it gives up (s): a silence past a watchdog "
+        "and shorter than this is a slow answer, not a stall (default: what the recording shows or its client is "
+        "known for, else 600)",
+    )  # fmt: skip
 
 
 def add_report_flags(p: argparse.ArgumentParser) -> None:
@@ -103,11 +109,19 @@ def report_files(args: argparse.Namespace) -> dict[str, str | None]:
     return {"--json": args.json, "--junit": args.junit, "--html": args.html}
 
 
-def watchdogs_of(args: argparse.Namespace, sessions: Sequence[PlannedSession]) -> Watchdogs:
-    """The watchdogs derived from the sessions, with the overrides of `add_watchdog_flags`."""
+def watchdogs_of(args: argparse.Namespace, sessions: Sequence[PlannedSession], *, patience: bool = True) -> Watchdogs:
+    """The watchdogs derived from the sessions, with the client's patience (`--patience`, else
+    derived: `proxycheck.core.replay.patience`), then the overrides of `add_watchdog_flags` (a
+    stated watchdog is its phase's limit). `patience` False: only a stated patience (a load run)."""
     try:
-        return derive_watchdogs(sessions).with_overrides(connect=args.connect_timeout, headers=args.header_timeout,
-                                                         stall=args.stall_timeout, total=args.total_timeout)  # fmt: skip
+        derived = derive_watchdogs(sessions)
+        if not patience:
+            derived = derived.without_patience()
+        stated = getattr(args, "patience", None)
+        if stated is not None:
+            derived = derived.with_patience(stated, stated, f"stated: --patience {stated:g}")
+        return derived.with_overrides(connect=args.connect_timeout, headers=args.header_timeout,
+                                      stall=args.stall_timeout, total=args.total_timeout)  # fmt: skip
     except ValueError as exc:
         raise BadInput("watchdogs", str(exc)) from None
 

@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if not turns:
         raise BadInput(args.directory, "no LLM requests to send")
     options = BenchOptions(
-        watchdogs=watchdogs_of(args, sessions), concurrency=args.concurrency, rate=args.rate,
+        watchdogs=watchdogs_of(args, sessions, patience=False), concurrency=args.concurrency, rate=args.rate,
         burstiness=args.burstiness, duration=args.duration, requests=args.requests, warmup=args.warmup,
         seed=args.seed,
     )  # fmt: skip

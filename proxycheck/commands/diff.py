@@ -22,6 +22,8 @@ from proxycheck.commandline.flags import FAIL_ON, add_report_flags, report_files
 from proxycheck.commandline.verdicts import Reports, emit
 from proxycheck.core.diagnose.localize import MAX_REPEAT, Decided, Localizer
 from proxycheck.core.diagnose.runverdict import RunPlan, holdings, run_verdict
+from proxycheck.core.diagnose.waits import waits_of
+from proxycheck.core.exchange.watchdogs import watchdogs_from_json
 from proxycheck.core.diagnose.verdict import INCOMPLETE
 from proxycheck.core.errors import BadInput
 from proxycheck.core.exchange.outcomes import Outcome
@@ -76,7 +78,11 @@ def run(args: argparse.Namespace) -> int:
         assert isinstance(step, Decided)  # final: it never asks for a replay
         verdict = step.verdict
     judged = {name: loc.judged(name) for name in ladder if loc.replayed(name)}
-    return emit(replace(verdict, sessions=run_.session_names), judged, Reports.of(args))
+    verdict = replace(verdict, sessions=run_.session_names)
+    watchdogs = watchdogs_from_json((run_.meta.get("options") or {}).get("watchdogs"))
+    if watchdogs is not None:  # the waits the run was replayed with, as it kept them
+        verdict = replace(verdict, waits=waits_of(watchdogs, run_.observations, verdict.session_label))
+    return emit(verdict, judged, Reports.of(args))
 
 
 def run_plan(meta: Mapping[str, Any], where: str) -> RunPlan:

@@ -53,7 +53,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--model", default="proxycheck-reference", help="model name for /v1/models")
     p.add_argument("--seed", type=int, default=0, help="changes every answer (default 0)")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
-                   help="inject a server fault: stall:after=K, close:after=K, delay_headers:seconds=S, "
+                   help="inject a server fault: stall:after=K, close:after=K, pause:after=K,seconds=S, delay_headers:seconds=S, "
                    "status:code=C, drop_terminal; each may add from_turn=T and p=P (repeatable; with --replay, "
                    "K counts recorded chunks)")
     p.add_argument("--replay", metavar="DIR",

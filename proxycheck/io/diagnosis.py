@@ -22,6 +22,7 @@ from proxycheck.core.diagnose.localize import (
     RecordedFailure,
 )
 from proxycheck.core.diagnose.runverdict import RunPlan, run_verdict
+from proxycheck.core.diagnose.waits import waits_of
 from proxycheck.core.diagnose.verdict import (
     ENGINE,
     HEALTHY,
@@ -41,6 +42,7 @@ from proxycheck.core.points.trace import Trace, placed_by_points
 from proxycheck.core.recording.sessions import attempt_text
 from proxycheck.core.replay.chain import Chain, Route
 from proxycheck.core.replay.focus import PassPlan, plan_passes
+from proxycheck.core.replay.patience import still_busy
 from proxycheck.core.replay.plan import Pace, PlannedSession
 from proxycheck.io.minimizer import minimize_options
 from proxycheck.io.outputs import make_dirs
@@ -229,6 +231,7 @@ class CheckRun:
             verdict = replace(verdict, differences=(*verdict.differences[:1], plan.think.text(), *verdict.differences[1:]))
         if self.points is not None:
             verdict = placed_by_points(verdict, self.points)
+        verdict = replace(verdict, waits=waits_of(self.options.watchdogs, self.written, verdict.session_label))
         return Checked(verdict, judged, run_id, count, self.out)
 
     def scope(self, plan: PassPlan, verdict: Verdict) -> Scope:
@@ -270,6 +273,7 @@ class CheckRun:
         verdict = replace(run_verdict(localizer, self.written, plan), sessions=tuple(x.name for x in sessions))
         if self.plan_now is not None:  # what was being replayed when the run stopped
             verdict = replace(verdict, scope=self.scope(self.plan_now, verdict))
+        verdict = replace(verdict, waits=waits_of(self.options.watchdogs, self.written, verdict.session_label))
         judged = {name: localizer.judged(name) for name in self.routes if localizer.replayed(name)}
         return verdict, judged
 
@@ -320,13 +324,16 @@ async def drive(localizer: Localizer, sessions: Sequence[PlannedSession], routes
     ladder are replayed concurrently (each a replay of its own), and the verdict is what they
     decide, or None when they do not."""
     next_repetition: Counter[str] = Counter()
+    took = _recorded_durations(sessions)  # how long each exchange took where it was answered
 
     async def one(route: str, repetitions: int) -> list[Observation]:
         first = next_repetition[route] + 1
         next_repetition[route] += repetitions
         got: list[Observation] = []
         step_options = replace(options, repeat=repetitions, first_repetition=first)
+        origin = time.monotonic()
         await replay(list(sessions), [routes[route]], step_options, run_id, _tee(sink, got), progress)
+        await _settle(got, origin, took)
         return got
 
     if routes_at_once:
@@ -348,6 +355,29 @@ async def drive(localizer: Localizer, sessions: Sequence[PlannedSession], routes
         if isinstance(step, Decided):
             return step.verdict
         localizer.add(await one(step.route, step.repetitions))
+
+
+ABANDONED = frozenset({Outcome.STALL_BEFORE_HEADERS, Outcome.STALL_BEFORE_FIRST_EVENT, Outcome.STALL_MID_STREAM})
+
+
+def _recorded_durations(sessions: Sequence[PlannedSession]) -> dict[tuple[str, int, int | None], float]:
+    return {(t.session, t.turn, t.xid): t.recorded.duration for s in sessions for t in s.turns
+            if t.recorded.outcome.answered and t.recorded.duration is not None}  # fmt: skip
+
+
+async def _settle(got: Sequence[Observation], origin: float, took: dict[tuple[str, int, int | None], float]) -> None:
+    """Before the next replay, let the engine finish what this one gave up on (`still_busy`):
+    a replay queued behind abandoned work would fail for proxycheck's own cut."""
+    for obs in got:  # what this replay answered tells how long the rest takes
+        if obs.outcome.answered and obs.end is not None:
+            took[(obs.session, obs.turn, obs.xid)] = obs.end
+    now = time.monotonic()
+    busy = still_busy(
+        (obs.end or 0.0, now - (origin + obs.t_start + (obs.end or 0.0)), took.get((obs.session, obs.turn, obs.xid)))
+        for obs in got if obs.outcome in ABANDONED
+    )  # fmt: skip
+    if busy > 0:
+        await asyncio.sleep(busy)
 
 
 def _tee(sink: Sink, got: list[Observation]) -> Sink:

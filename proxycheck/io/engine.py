@@ -270,14 +270,19 @@ class Engine:
             if k is not None:
                 limit = min(limit, k)
         first_due = start + plan.ttft
+        pause_at = faults.pause_after if faults.pause_after is not None else limit
+
+        def due(i: int) -> float:  # events from the pause on come its seconds later
+            return first_due + plan.interval * events[i][0] + (faults.pause_seconds if i >= pause_at else 0.0)
+
         sent = 0
         while sent < limit:
-            await _sleep_until(first_due + plan.interval * events[sent][0])
+            await _sleep_until(due(sent))
             # Everything already due goes out in one write, as a socket buffer would carry it when
             # the server runs behind: the same bytes, far fewer system calls under load.
             now = time.monotonic()
             end = sent + 1
-            while end < limit and first_due + plan.interval * events[end][0] <= now:
+            while end < limit and due(end) <= now:
                 end += 1
             data = events[sent][1] if end == sent + 1 else b"".join(e for _, e in events[sent:end])
             try:

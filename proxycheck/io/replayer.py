@@ -425,7 +425,7 @@ async def _observed(prepared: PreparedExchange, turn: PlannedTurn, ctx: _Context
     ctx.listener.observed(obs)
     if ctx.options.chain is not None:
         raise_if_refused(obs, turn, ctx.route, ctx.options.chain, first=not ctx.answered)
-    ctx.answered = ctx.answered or obs.outcome is Outcome.OK
+    ctx.answered = ctx.answered or obs.outcome.answered
     return Observed(obs, observed.result)
 
 

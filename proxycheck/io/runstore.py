@@ -176,8 +176,7 @@ def options_doc(recording: str, settings: Mapping[str, Any], watchdogs: Watchdog
     return {
         "recording": recording,
         **settings,
-        "watchdogs": {"connect": watchdogs.connect, "headers": watchdogs.headers, "stall": watchdogs.stall,
-                      "total": watchdogs.total},  # fmt: skip
+        "watchdogs": watchdogs.to_json(),
         **after,
     }
 

@@ -395,6 +395,9 @@ def html_report(verdict: Verdict) -> str:
     if verdict.scope is not None:
         items = "".join(f"<li>{e(line)}</li>" for line in verdict.scope.said)
         parts.append(f'<section id="scope"><h2>What was replayed</h2><ul>{items}</ul></section>')
+    if verdict.waits is not None:
+        items = "".join(f"<li>{e(line)}</li>" for line in verdict.waits.said)
+        parts.append(f'<section id="waits"><h2>Waits</h2><ul>{items}</ul></section>')
     if verdict.evidence is not None:
         parts.append(evidence_section(verdict.evidence, verdict))
     body = "\n".join(parts)

@@ -25,6 +25,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from proxycheck.core.diagnose.waits import Waits
 from proxycheck.core.diagnose.verdict import (
     CUT_SHORT,
     ENGINE,
@@ -502,6 +503,13 @@ def scope_view(scope: Scope) -> list[RenderableType]:
     return parts
 
 
+def waits_view(waits: Waits) -> list[RenderableType]:
+    """Which wait decided: the client's patience, the watchdogs, the silences waited out."""
+    parts: list[RenderableType] = [Text("Waits:", style="bold")]
+    parts.extend(Padding(Text(f"- {line}"), (0, 0, 0, 2)) for line in waits.said)
+    return parts
+
+
 def seen_view(seen: SeenWhileRecording) -> list[RenderableType]:
     """`check --with`: what the points saw of the failures the replay did not bring back."""
     parts: list[RenderableType] = [Text(f"Seen while recording (points {', '.join(seen.points)}):", style="bold")]
@@ -591,6 +599,8 @@ def verdict_view(verdict: Verdict, width: int = 100) -> RenderableType:
         parts.extend(differences_view(verdict.differences))
     if verdict.scope is not None:
         parts.extend(scope_view(verdict.scope))
+    if verdict.waits is not None:
+        parts.extend(waits_view(verdict.waits))
     if verdict.evidence is not None:
         parts.append(Text(""))
         parts.extend(timeline_view(verdict.evidence, width, verdict))

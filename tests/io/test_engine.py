@@ -201,6 +201,17 @@ def test_delay_headers_fault(faulty) -> None:
     assert resp.status_code == 200 and time.monotonic() - t0 >= 0.5
 
 
+def test_a_pause_is_a_silence_then_the_whole_answer() -> None:
+    # A healthy engine's long silence: 3 events, nothing for 1.5 s, then the rest to the end.
+    with start_engine("--token-interval", "0.01", "--fault", "pause:after=3,seconds=1.5") as proc:
+        analysis = stream(proc.url, PATHS["openai_chat"], body_for("openai_chat", 8))[1]
+    times = analysis.content_times
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert analysis.result.terminal and len(times) == 8
+    assert max(gaps) >= 1.5 and sorted(gaps)[-2] < 1.0  # one silence only, then the rest of the answer
+    assert 1 <= gaps.index(max(gaps)) <= 2  # after the first events (the first may be a role-only chunk)
+
+
 @pytest.mark.parametrize(
     "spec,check",
     [

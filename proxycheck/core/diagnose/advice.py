@@ -164,10 +164,25 @@ def advise(hop: str | None, items: Sequence[Item], context: Mapping[str, Sequenc
     kind = kind_of(first.outcome, first.obs)
     routes = tuple(dict.fromkeys(i.obs.route for i in items))
     if hop is None:
+        if first.outcome is Outcome.SLOW:
+            return Advice(None, first.outcome.value, kind, *_engine_slow(items), len(items), routes, "the engine")
         return Advice(None, first.outcome.value, kind, ENGINE_ADVICE, "", "", len(items), routes, "the engine")
     about = name or (f"hop {hop}" if hop else "the hop")
     seen, likely, fix = _words_of(kind)(_Group(about, first.outcome, items, context or {}))
     return Advice(hop, first.outcome.value, kind, seen, likely, fix, len(items), routes, about)
+
+
+def _engine_slow(items: Sequence[Item]) -> Words:
+    """The engine went silent past a watchdog and went on within the client's patience: slow,
+    never a failure (`proxycheck.core.exchange.outcomes`, "patience")."""
+    silences = [i.obs.waited for i in items if i.obs.waited is not None]
+    longest = f" for up to {max(silences):.1f} s" if silences else ""
+    return (f"the engine went silent{longest} in {len(items)} exchange(s) with no proxy in the way, then answered "
+            "in full, within the client's patience: slow answers, not failures",
+            "a long prefill (a long context, prefix caching off, requests queued behind others) or a long "
+            "generation before the first content",
+            "nothing in the chain; if the answers are too slow for the user, look at the engine's load and settings "
+            "(prefix caching, batch size, max concurrency)")  # fmt: skip
 
 
 def advice(outcome: Outcome, obs: Observation, hop: str | None = None) -> str:
@@ -254,7 +269,7 @@ class _Group:
         return max(gaps, default=None)
 
     def direct_ok(self) -> bool:
-        return all(i.reference is not None and i.reference.outcome is Outcome.OK for i in self.items)
+        return all(i.reference is not None and i.reference.outcome.answered for i in self.items)
 
 
 def _last_data(o: Observation, content_only: bool) -> float:

@@ -189,11 +189,12 @@ def _own_differences(runs: Sequence[Observation]) -> tuple[int, int]:
 
 
 def _group_ok(observations: Iterable[Observation]) -> dict[ExchangeKey, dict[int, Observation]]:
-    """OK observations by exchange, then by repetition (the first of a repetition wins), with
-    repetitions in ascending order."""
+    """Complete observations (OK, or `slow` after a silence the client's patience waited out) by
+    exchange, then by repetition (the first of a repetition wins), with repetitions in ascending
+    order."""
     groups: dict[ExchangeKey, dict[int, Observation]] = {}
     for o in observations:
-        if o.outcome is not Outcome.OK:
+        if not o.outcome.answered:
             continue
         groups.setdefault(exchange_key(o), {}).setdefault(o.repetition, o)
     return {k: dict(sorted(reps.items())) for k, reps in groups.items()}
@@ -242,7 +243,10 @@ def judge(observations: Sequence[Observation], reference: Sequence[Observation],
             judged.append(Judged(obs, obs.outcome, obs.detail, ref))
             continue
         if ref is None:
-            judged.append(Judged(obs, Outcome.OK, "no reference exchange to compare with", None))
+            if obs.outcome is Outcome.SLOW and obs.route == floor.reference:
+                judged.append(Judged(obs, Outcome.SLOW, obs.detail, None))
+            else:
+                judged.append(Judged(obs, Outcome.OK, "no reference exchange to compare with", None))
             continue
         known = facts.get(id(ref))
         if known is None:
@@ -251,7 +255,12 @@ def judge(observations: Sequence[Observation], reference: Sequence[Observation],
             rate = rates.setdefault(obs.route, _Rate())
             rate.compared.append((len(judged), exchange_key(obs), structure_difference(obs.result, ref.result,
                                                                                     floor.reference)))  # fmt: skip
-        judged.append(_compare(obs, ref, floor, known, content=floor.deterministic))
+        compared = _compare(obs, ref, floor, known, content=floor.deterministic)
+        if obs.outcome is Outcome.SLOW and compared.outcome is Outcome.OK and obs.route == floor.reference:
+            # The reference route's own silence past a watchdog, which the client's patience waited
+            # out: slow as it was seen. Another route is slow only beyond the reference (`_slowness`).
+            compared = Judged(obs, Outcome.SLOW, obs.detail, ref)
+        judged.append(compared)
     for route, rate in rates.items():
         _judge_rate(judged, route, rate, index, floor.reference, max(1, routes))
     return _systematic(judged)

@@ -29,6 +29,7 @@ from typing import Any
 from proxycheck.core.diagnose.advice import ENGINE_ADVICE as ENGINE_ADVICE
 from proxycheck.core.diagnose.advice import Advice
 from proxycheck.core.diagnose.advice import advice as advice
+from proxycheck.core.diagnose.waits import Waits
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.recording.sessions import SessionName, label_of
@@ -295,6 +296,7 @@ class Verdict:
     suggestions: tuple[str, ...] = ()  # how to replay for better evidence (`suggestions`)
     scope: Scope | None = None  # what check replayed to decide, and why (None: a run judged as it is)
     seen_while_recording: SeenWhileRecording | None = None  # `check --with`: placed by the points, not the replay
+    waits: Waits | None = None  # the watchdogs and the client's patience it was reached with, and what they decided
 
     def session_label(self, session: str) -> str:
         """The label (s1, s2 ...) of a session id, as `proxycheck sessions` shows it."""
@@ -349,6 +351,7 @@ class Verdict:
             "scope": self.scope.to_json() if self.scope else None,
             "segment": self.seen_while_recording.segment_json() if self.seen_while_recording else None,
             "seen_while_recording": self.seen_while_recording.to_json() if self.seen_while_recording else None,
+            "waits": self.waits.to_json() if self.waits else None,
         }
 
 

@@ -15,6 +15,12 @@ watchdog fires, and when), or None once the exchange has ended; the machine may 
 and between content events (`Watchdog.IDLE`: keep-alive comments and pings are bytes, not
 progress); `total` over the whole exchange, whichever is sooner. `connect` is the transport's.
 
+With the client's patience (`Watchdogs.patience_*`), a silence is waited out to the patience
+instead (`headers_limit`, `stall_limit`): the machine keeps the longest silence that went past
+its watchdog (`waited`), and an exchange that then completes is a slow answer, not a stall
+(`proxycheck.core.exchange.outcomes`, "patience"); one that reaches the patience is the stall,
+its detail naming the patience and what it comes from.
+
 While it runs, `analysis()` is what the response held so far (`proxycheck.core.protocol.analysis`);
 once it ended, `ending` is the outcome, decided by `proxycheck.core.exchange.outcomes.decide` (the
 rules a recorded exchange is judged by too), and `observation(...)` the `Observation` a run keeps,
@@ -38,6 +44,7 @@ from proxycheck.core.exchange.outcomes import (
     ExchangeFacts,
     HowItEnded,
     TimedOut,
+    Waited,
     Watchdog,
     decide,
     header_value,
@@ -193,6 +200,9 @@ class ExchangeMachine:
         self._wait: Wait | None = None
         self._ending: Ending | None = None
         self._analysis: ResponseAnalysis | None = None
+        # The longest silence that went past its watchdog and ended within the patience:
+        # (seconds, the watchdog it passed, that watchdog's seconds).
+        self.waited: tuple[float, Watchdog, float] | None = None
 
     # -- events -----------------------------------------------------------------------------------
 
@@ -220,11 +230,14 @@ class ExchangeMachine:
             self._expect(_Phase.RECEIVING, event)
             if self._reads_stream:
                 if self._tracker.close(self._offset(event.t)):
+                    self._silence_ended(event.t, Watchdog.IDLE if self._progressed else Watchdog.FIRST_EVENT)
                     self._last_progress = event.t
+            elif self.ok_status:  # a body read whole: its content came with its end
+                self._silence_ended(event.t, Watchdog.FIRST_EVENT)
             self._finish(event.t, Completed(), cleanly=True)
         elif isinstance(event, WatchdogExpired):
             self._started(event)
-            self._finish(event.t, TimedOut(event.watchdog, self._limit(event.watchdog)))
+            self._finish(event.t, TimedOut(event.watchdog, self._limit(event.watchdog), self._source(event.watchdog)))
         elif isinstance(event, TransportError):
             self._started(event)
             self._finish(event.t, Broken(event.kind, event.text))
@@ -234,6 +247,7 @@ class ExchangeMachine:
         return self._wait
 
     def _headers(self, event: ResponseHeaders) -> None:
+        self._silence_ended(event.t, Watchdog.HEADERS)
         self.headers_at = self._last_progress = event.t
         self.status = event.status
         self.response_headers = tuple(event.headers)
@@ -243,6 +257,7 @@ class ExchangeMachine:
     def _data(self, event: BodyData) -> None:
         if self._reads_stream:
             if self._tracker.feed(event.data, self._offset(event.t)):
+                self._silence_ended(event.t, Watchdog.IDLE if self._progressed else Watchdog.FIRST_EVENT)
                 self._last_progress = event.t
                 self._progressed = True
             return
@@ -254,6 +269,13 @@ class ExchangeMachine:
             # Enough of an error body to quote: the status is the outcome. Not read to its end,
             # so its connection is not reused.
             self._finish(event.t, Completed())
+
+    def _silence_ended(self, t: float, watchdog: Watchdog) -> None:
+        """Progress came at `t`: keep the silence it ended if it went past its watchdog."""
+        limit = self.watchdogs.headers if watchdog is Watchdog.HEADERS else self.watchdogs.stall
+        silence = t - self._last_progress
+        if silence > limit and (self.waited is None or silence > self.waited[0]):
+            self.waited = (silence, watchdog, limit)
 
     def _expect(self, phase: _Phase, event: Event) -> None:
         if self._phase is not phase:
@@ -347,6 +369,7 @@ class ExchangeMachine:
             outcome=ending.outcome,
             detail=ending.detail,
             error=ending.error,
+            waited=_opt_r(self.waited[0]) if self.waited is not None else None,
         )
 
     # -- internals --------------------------------------------------------------------------------
@@ -372,25 +395,49 @@ class ExchangeMachine:
             connect_limit=self.watchdogs.connect,
             response_headers=headers,
             request_body=self.request_body,
+            waited=self._waited(),
         )
+
+    def _waited(self) -> Waited | None:
+        """The longest silence past a watchdog that the patience waited out, for the outcome."""
+        if self.waited is None:
+            return None
+        silence, watchdog, limit = self.waited
+        patience = self.watchdogs.headers_limit if watchdog is Watchdog.HEADERS else self.watchdogs.stall_limit
+        return Waited(round(silence, 6), watchdog, limit, patience, self.watchdogs.patience_from)
 
     def _limit(self, watchdog: Watchdog) -> float:
         wd = self.watchdogs
         if watchdog is Watchdog.HEADERS:
-            return wd.headers
+            return wd.headers_limit
         if watchdog is Watchdog.TOTAL:
             return wd.total
-        return wd.stall
+        return wd.stall_limit
+
+    def _source(self, watchdog: Watchdog) -> str:
+        """What a watchdog that fired stood for: the client's patience, or "" (a watchdog)."""
+        wd = self.watchdogs
+        if watchdog is Watchdog.HEADERS:
+            return wd.patience_from if wd.headers_limit > wd.headers else ""
+        if watchdog is Watchdog.TOTAL:
+            return ""
+        return wd.patience_from if wd.stall_limit > wd.stall else ""
 
     def _next_wait(self) -> Wait | None:
         if self._phase in (_Phase.NEW, _Phase.ENDED):
             return None
         wd = self.watchdogs
         if self._phase is _Phase.AWAITING_HEADERS:
-            wait = Wait(Watchdog.HEADERS, self.start + wd.headers)
+            wait = Wait(Watchdog.HEADERS, self.start + wd.headers_limit)
         else:
-            wait = Wait(Watchdog.IDLE if self._progressed else Watchdog.FIRST_EVENT, self._last_progress + wd.stall)
+            wait = Wait(Watchdog.IDLE if self._progressed else Watchdog.FIRST_EVENT, self._last_progress + wd.stall_limit)
         total_at = self.start + wd.total if wd.total is not None else None
+        if total_at is not None and self._source(wait.watchdog):
+            # A silence past its watchdog is waited out to the patience, whatever the total; a
+            # stream that keeps progressing is still cut by it.
+            short = wd.headers if wait.watchdog is Watchdog.HEADERS else wd.stall
+            if total_at > self._last_progress + short:
+                total_at = max(total_at, wait.at)
         if total_at is not None and total_at < wait.at:
             return Wait(Watchdog.TOTAL, total_at)
         return wait

@@ -125,6 +125,9 @@ class Observation:
     outcome: Outcome
     detail: str = ""
     error: str = ""  # the client stack's exception, when one ended the exchange
+    # The longest silence (s) that went past its watchdog and that the client's patience waited
+    # out (`proxycheck.core.exchange.watchdogs`); None when none did.
+    waited: float | None = None
 
     def with_keys(self, *, route: str, repetition: int, session: str, turn: int, xid: int | None) -> "Observation":
         return replace(self, route=route, repetition=repetition, session=session, turn=turn, xid=xid)
@@ -223,6 +226,7 @@ def encode(obs: Observation) -> dict[str, Any]:
         "outcome": obs.outcome.value,
         "detail": obs.detail,
         "error": obs.error,
+        **({"waited": obs.waited} if obs.waited is not None else {}),
     }
 
 
@@ -272,6 +276,7 @@ def decode(doc: Mapping[str, Any]) -> Observation:
         outcome=get.req("outcome", _outcome),
         detail=get.req("detail", _str),
         error=get.req("error", _str),
+        waited=get.opt("waited", _float),
     )
 
 

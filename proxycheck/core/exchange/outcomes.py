@@ -38,8 +38,14 @@ Where the two observers differ (kept as the two have always reported it):
 - details: the client describes what it saw in its own words ("connection closed mid-stream after
   ..."); the recorder quotes the recorder's error text, then what had arrived.
 
-`buffered` and `slow` are not decided here: they compare an exchange with the same exchange on the
-reference route (`proxycheck.core.diagnose.differ`). `request_mutated` is decided here, from the
+**Patience** (`_patient`): a replay waits a silence out to the client's patience
+(`proxycheck.core.exchange.watchdogs.Watchdogs`). A 2xx exchange that completed after a silence
+longer than its watchdog (`Waited`) is `slow`, the silence, the watchdog it passed and the patience
+quoted: the real client would have sat through it, so it is no stall. One the patience cut is the
+stall, its detail naming the patience and what it comes from (`TimedOut.source`).
+
+`buffered` and `slow` between routes are not decided here: they compare an exchange with the same
+exchange on the reference route (`proxycheck.core.diagnose.differ`). `request_mutated` is decided here, from the
 engine's report of the request it received (response headers the reference engine sends).
 """
 
@@ -85,6 +91,11 @@ class Outcome(str, enum.Enum):
     @property
     def is_degradation(self) -> bool:
         return self in (Outcome.BUFFERED, Outcome.SLOW)
+
+    @property
+    def answered(self) -> bool:
+        """A complete answer: `ok`, or `slow` after a silence the client's patience waited out."""
+        return self in (Outcome.OK, Outcome.SLOW)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,10 +168,30 @@ class Completed:
 
 @dataclass(frozen=True, slots=True)
 class TimedOut:
-    """A watchdog of the client cut the exchange; `limit` is that watchdog's seconds."""
+    """A watchdog of the client cut the exchange; `limit` is that watchdog's seconds, `source`
+    what it stood for when it was the client's patience ("" for a plain watchdog)."""
 
     watchdog: Watchdog
     limit: float
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Waited:
+    """The longest silence of an exchange that went past its watchdog and that the client's
+    patience waited out: `seconds`, the `watchdog` it passed (its `limit`), the `patience` and
+    what that comes from (`source`)."""
+
+    seconds: float
+    watchdog: Watchdog
+    limit: float
+    patience: float
+    source: str = ""
+
+    @property
+    def where(self) -> str:
+        return {Watchdog.HEADERS: "before the response headers", Watchdog.FIRST_EVENT: "before the first event"}.get(
+            self.watchdog, "between events")
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +238,7 @@ class ExchangeFacts:
     connect_limit: float | None = None
     response_headers: Sequence[tuple[str, str]] | None = None
     request_body: bytes | None = None
+    waited: Waited | None = None  # a silence past its watchdog the patience waited out
 
 
 def terminator(dialect: str | None) -> str:
@@ -229,7 +261,18 @@ def decide(facts: ExchangeFacts) -> Ending:
         judged = _timed_out(facts, ending)
     else:
         judged = _broken(facts, ending)
-    return _judge_request(facts, judged)
+    return _judge_request(facts, _patient(facts, judged))
+
+
+def _patient(facts: ExchangeFacts, judged: Ending) -> Ending:
+    """A complete answer after a silence past its watchdog: `slow`, never a stall (the client's
+    patience waited it out); the silence, the watchdog and the patience quoted."""
+    w = facts.waited
+    if w is None or judged.outcome is not Outcome.OK or facts.viewpoint is not Viewpoint.CLIENT:
+        return judged
+    said = (f"silent {w.seconds:.1f} s {w.where}, past the {w.limit:g} s watchdog and within the client's "
+            f"patience ({w.patience:g} s" + (f": {w.source}" if w.source else "") + "): a slow answer, not a stall")
+    return Ending(Outcome.SLOW, f"{said}; {judged.detail}" if judged.detail else said, judged.error)
 
 
 def after_answer(
@@ -382,7 +425,9 @@ def _timed_out(facts: ExchangeFacts, ending: TimedOut) -> Ending:
     by_total = ending.watchdog is Watchdog.TOTAL
     quiet = f"{facts.quiet:.1f}" if by_total else _secs(ending.limit)
     judged = _stalled(facts, quiet, "")
-    return Ending(judged.outcome, f"{judged.detail}; {_within(ending)} ended it" if by_total else judged.detail)
+    if by_total:
+        return Ending(judged.outcome, f"{judged.detail}; {_within(ending)} ended it")
+    return Ending(judged.outcome, judged.detail + _patience_said(ending))
 
 
 def _broken(facts: ExchangeFacts, ending: Broken) -> Ending:
@@ -497,7 +542,11 @@ def _http_detail(facts: ExchangeFacts) -> str:
 def _within(ending: TimedOut) -> str:
     if ending.watchdog is Watchdog.TOTAL:
         return f"the total timeout of {ending.limit:g} s"
-    return f"{ending.limit:g} s"
+    return f"{ending.limit:g} s" + _patience_said(ending)
+
+
+def _patience_said(ending: TimedOut) -> str:
+    return f" (the client's patience: {ending.source})" if ending.source else ""
 
 
 def _or_empty(facts: ExchangeFacts) -> ResponseAnalysis:

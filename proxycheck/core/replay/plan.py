@@ -36,12 +36,13 @@ from typing import Any, Callable, Iterable, Literal, Sequence
 
 from proxycheck.core.errors import BadInput
 from proxycheck.core.exchange.outcomes import CLIENT_LEFT_WORDS, Outcome
-from proxycheck.core.exchange.watchdogs import DEFAULT_CONNECT, MIN_CLIENT_WAIT, MIN_HEADERS, MIN_STALL, MIN_TOTAL, Watchdogs
+from proxycheck.core.exchange.watchdogs import DEFAULT_CONNECT, MIN_HEADERS, MIN_STALL, MIN_TOTAL, Watchdogs
 from proxycheck.core.protocol.result import Result, ToolCall
 from proxycheck.core.recording.bodies import join_body, prefix_digests
 from proxycheck.core.recording.journal import RecordedExchange
 from proxycheck.core.recording.redact import Headers, Redacted
 from proxycheck.core.recording.sessions import SessionName, think_time
+from proxycheck.core.replay.patience import RecordedClient, client_patience, stated_timeout
 from proxycheck.core.recording.summary import (
     ExchangeAnalysis,
     SessionSummary,
@@ -154,6 +155,10 @@ class RecordedOutcome:
     # whether the headers had come. What `derive_watchdogs` may take as the client's patience.
     client_waited: float | None = None
     client_waited_for_headers: bool = False
+    # The longest silence the recorded client waited through without giving up (before the
+    # headers, before the first event, between events, or until a hop cut the exchange while it
+    # still waited): what its patience is at least (`proxycheck.core.replay.patience`).
+    sat_through: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,7 +343,20 @@ def _recorded(ts: TurnSummary, ex: RecordedExchange, facts: ExchangeAnalysis) ->
         result=analysis.result if analysis is not None else None,
         client_waited=waited if ex.chunk_timing else None,
         client_waited_for_headers=ex.t_response is None,
+        sat_through=_sat_through(ex, times, client_left=waited is not None),
     )
+
+
+def _sat_through(ex: RecordedExchange, content_times: Sequence[float], *, client_left: bool) -> float:
+    """The longest silence the recorded client waited through (see `RecordedOutcome.sat_through`):
+    between the request, the response headers and each content event, and from the last of them
+    to the end, unless the client itself ended it (that wait is its give-up, not patience shown)."""
+    marks = [ex.t_request, *([ex.t_response] if ex.t_response is not None else []), *content_times]
+    end = ex.t_error if ex.t_error is not None else ex.t_end
+    if end is not None and not client_left:
+        marks.append(end)
+    marks.sort()
+    return round(max((b - a for a, b in zip(marks, marks[1:])), default=0.0), 6)
 
 
 # --------------------------------------------------------------------------------------------
@@ -397,41 +415,48 @@ def start_delay(session: PlannedSession, pace: Pace) -> float:
 # Watchdogs
 
 def derive_watchdogs(sessions: Iterable[PlannedSession]) -> Watchdogs:
-    """The default watchdogs for replaying these sessions (see `Watchdogs`).
+    """The default watchdogs for replaying these sessions (see `Watchdogs`), with the recorded
+    client's patience (`proxycheck.core.replay.patience.client_patience`).
 
-    Where the recording shows its client giving up on a silent exchange (it closed the connection
-    itself, `client_waited` after the last progress), the replay waits no longer than that client
-    did: the headers watchdog for a wait before the headers, the stall watchdog for one after.
-    Only a wait that is clearly patience counts, not a person cancelling a stream: at least
-    `MIN_CLIENT_WAIT`, and five times the longest gap any recorded exchange had; the longest such
-    wait is taken, and never one above the derived default."""
+    The watchdogs come from what a healthy exchange of the recording takes: the headers watchdog
+    from its times to the response headers, the stall watchdog from its gaps between content
+    events and from its waits between the headers and the first event (an engine that sends its
+    headers at once and the first byte after a long prefill). A silence longer than them is a slow
+    answer; it fails at the patience. Where the recording shows its client giving up on a silence
+    (`client_waited`), that wait is the patience, and no watchdog is longer than it."""
+    turns = [turn for session in sessions for turn in session.turns]
     header_times: list[float] = []
+    first_waits: list[float] = []
     durations: list[float] = []
     gaps: list[float] = []
-    waits: list[RecordedOutcome] = []
-    for session in sessions:
-        for turn in session.turns:
-            rec = turn.recorded
-            if rec.client_waited is not None:
-                waits.append(rec)
-            if rec.outcome.is_failure:
-                continue
-            if rec.headers_time is not None:
-                header_times.append(rec.headers_time)
-            if rec.duration is not None:
-                durations.append(rec.duration)
-            gaps.extend(rec.gaps)
-    headers = max(MIN_HEADERS, 3 * max(header_times, default=0.0))
-    stall = max(MIN_STALL, 5 * p99(gaps))
-    patient = max(MIN_CLIENT_WAIT, 5 * max(gaps, default=0.0))
-    before = [r.client_waited for r in waits if r.client_waited_for_headers and r.client_waited >= patient]  # type: ignore[operator]
-    after = [r.client_waited for r in waits if not r.client_waited_for_headers and r.client_waited >= patient]  # type: ignore[operator]
-    return Watchdogs(
-        connect=DEFAULT_CONNECT,
-        headers=min(headers, max(before)) if before else headers,  # type: ignore[type-var]
-        stall=min(stall, max(after)) if after else stall,  # type: ignore[type-var]
-        total=max(MIN_TOTAL, 3 * max(durations, default=0.0)),
-    )
+    for turn in turns:
+        rec = turn.recorded
+        if rec.outcome.is_failure:
+            continue
+        if rec.headers_time is not None:
+            header_times.append(rec.headers_time)
+            if rec.ttft is not None and rec.chunk_timing:
+                first_waits.append(rec.ttft - rec.headers_time)
+        if rec.duration is not None:
+            durations.append(rec.duration)
+        gaps.extend(rec.gaps)
+    patience = client_patience([_client_of(turn) for turn in turns])
+    headers = min(max(MIN_HEADERS, 3 * max(header_times, default=0.0)), patience.headers)
+    stall = min(max(MIN_STALL, 5 * p99(gaps), 3 * max(first_waits, default=0.0)), patience.stall)
+    watchdogs = Watchdogs(connect=DEFAULT_CONNECT, headers=headers, stall=stall,
+                          total=max(MIN_TOTAL, 3 * max(durations, default=0.0)))  # fmt: skip
+    return patience.apply(watchdogs)
+
+
+def _client_of(turn: PlannedTurn) -> RecordedClient:
+    """What one planned turn's recording says about its client (`client_patience`)."""
+    rec = turn.recorded
+    agent = next((value for name, value in turn.headers if name.lower() == "user-agent"), "")
+    return RecordedClient(
+        user_agent=agent, stated=stated_timeout(turn.headers), gave_up=rec.client_waited,
+        gave_up_before_headers=rec.client_waited_for_headers, sat_through=rec.sat_through,
+        longest_gap=max(rec.gaps, default=0.0),
+    )  # fmt: skip
 
 
 def p99(values: Sequence[float]) -> float:

@@ -6,6 +6,9 @@ A spec is `KIND[:key=value,...]`:
     stall:after=K[,seconds=S]     send K events, then hold the connection open and silent for S
                                   seconds (default 600), then drop it
     close:after=K                 send K events, then drop the connection (a reset mid-stream)
+    pause:after=K,seconds=S       send K events, then nothing for S seconds, then the rest: a
+                                  healthy engine's long silence (a tool call's arguments being
+                                  generated, a request queued), not a wedge
     delay_headers:seconds=S       wait S seconds before the response headers
     status:code=C                 answer with HTTP status C (an error body, no stream)
     drop_terminal                 end the stream cleanly without its terminal marker
@@ -25,11 +28,12 @@ from proxycheck.core.errors import BadInput
 _KEYS: dict[str, dict[str, type]] = {
     "stall": {"after": int, "seconds": float},
     "close": {"after": int},
+    "pause": {"after": int, "seconds": float},
     "delay_headers": {"seconds": float},
     "status": {"code": int},
     "drop_terminal": {},
 }
-_REQUIRED = {"stall": ("after",), "close": ("after",), "delay_headers": ("seconds",), "status": ("code",)}
+_REQUIRED = {"stall": ("after",), "close": ("after",), "pause": ("after", "seconds"), "delay_headers": ("seconds",), "status": ("code",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,8 @@ class ActiveFaults:
     stall_after: int | None = None
     stall_seconds: float = 600.0
     close_after: int | None = None
+    pause_after: int | None = None
+    pause_seconds: float = 0.0
     delay_headers: float = 0.0
     status: int | None = None
     drop_terminal: bool = False
@@ -105,6 +111,9 @@ def active_faults(specs: Sequence[FaultSpec], *, turn: int, draw: int) -> Active
             values["stall_seconds"] = spec.params.get("seconds", 600.0)
         elif spec.kind == "close":
             values["close_after"] = int(spec.params["after"])
+        elif spec.kind == "pause":
+            values["pause_after"] = int(spec.params["after"])
+            values["pause_seconds"] = spec.params["seconds"]
         elif spec.kind == "delay_headers":
             values["delay_headers"] = spec.params["seconds"]
         elif spec.kind == "status":

@@ -472,13 +472,17 @@ def _clean_reason(reason: str | None) -> str | None:
 
 
 def _with_faults(plan: ReplayPlan, faults: ActiveFaults | None) -> ReplayPlan:
-    """drop_terminal, then stall/close after K recorded chunks (streamed bodies only, as in the
-    engine's synthetic mode)."""
+    """drop_terminal, a pause after K recorded chunks, then stall/close after K recorded chunks
+    (streamed bodies only, as in the engine's synthetic mode)."""
     if faults is None or not plan.streamed:
         return plan
     writes = plan.writes
     if faults.drop_terminal and plan.ending == COMPLETE:
         writes = _drop_last_event(writes)
+    if faults.pause_after is not None and faults.pause_after < len(writes):
+        k, d = faults.pause_after, faults.pause_seconds
+        writes = writes[:k] + tuple((t + d, b) for t, b in writes[k:])
+        plan = replace(plan, end_at=plan.end_at + d)
     plan = replace(plan, writes=writes)
     cuts = [(k, kind) for k, kind in ((faults.stall_after, HOLD), (faults.close_after, ABORT)) if k is not None]
     # The fault that fires first wins; at the same K the stall, as in synthetic mode.

@@ -313,7 +313,9 @@ def gapped(path: Path, gap: float, *, keepalive: bool = False, headers_after: fl
 
 def test_short_gaps_give_the_floor_and_long_gaps_five_times_the_p99(tmp_path: Path) -> None:
     fast = derive_watchdogs(gapped(tmp_path / "fast", 0.2))
-    assert fast == Watchdogs(connect=10.0, headers=30.0, stall=10.0, total=300.0)
+    assert fast.without_patience() == Watchdogs(connect=10.0, headers=30.0, stall=10.0, total=300.0)
+    # A client that says nothing of its patience: assumed 600 s, said as assumed.
+    assert (fast.patience_headers, fast.patience_stall) == (600.0, 600.0) and "assumed" in fast.patience_from
     slow = derive_watchdogs(gapped(tmp_path / "slow", 4.0))
     assert slow.stall == pytest.approx(20.0)
     # 32 events 4 s apart after 0.1 s to headers, ended 0.01 s after the last: three times that.
@@ -340,7 +342,11 @@ def test_failed_exchanges_do_not_widen_the_watchdogs(tmp_path: Path) -> None:
     r.add(1.0, chat("ok"))
     r.add(2.0, chat("wedged"), events=[delta("a"), delta("b")], gap=60.0, error="read timed out")
     r.add(3.0, chat("never"), headers_after=100.0, end=False)
-    assert derive_watchdogs(r.plan()) == Watchdogs()
+    wd = derive_watchdogs(r.plan())
+    assert (wd.connect, wd.headers, wd.stall) == (10.0, 30.0, 10.0)
+    # The 60 s gap the client sat through (the stream went on after it) is no watchdog's measure,
+    # but the patience is well past it.
+    assert wd.patience_stall == pytest.approx(600.0) and wd.total == 300.0
 
 
 def test_the_replay_waits_no_longer_than_the_recorded_client_did(tmp_path: Path) -> None:
@@ -352,6 +358,8 @@ def test_the_replay_waits_no_longer_than_the_recorded_client_did(tmp_path: Path)
     r.add(9.0, chat("no headers"), status=None, events=[], error="Client disconnected.", error_after=6.0)
     wd = derive_watchdogs(r.plan())
     assert wd.stall == pytest.approx(4.0) and wd.headers == pytest.approx(6.1)
+    assert wd.patience_stall == pytest.approx(4.0) and wd.patience_headers == pytest.approx(6.1)
+    assert wd.stall_limit == pytest.approx(4.0) and "gave up" in wd.patience_from
 
 
 def test_a_person_cancelling_a_stream_or_a_hop_cutting_it_is_no_patience(tmp_path: Path) -> None:
@@ -363,12 +371,18 @@ def test_a_person_cancelling_a_stream_or_a_hop_cutting_it_is_no_patience(tmp_pat
     r.add(3.0, chat("impatient"), events=[delta("a")], error="Client disconnected.", error_after=2.4)
     r.add(4.0, chat("cut"), events=[delta("a")], error="Server disconnected.", error_after=3.0)
     r.add(5.0, chat("patient"), events=[delta("a")], error="Client disconnected.", error_after=300.0)
-    assert derive_watchdogs(r.plan()).stall == 10.0
+    wd = derive_watchdogs(r.plan())
+    # The watchdog marks a slow answer at 10 s; the silence fails where the patient client gave up.
+    assert wd.stall == 10.0 and wd.patience_stall == pytest.approx(300.0)
 
 
 def test_watchdog_overrides() -> None:
     derived = Watchdogs(headers=45.0, stall=20.0)
     assert derived.with_overrides(stall=3) == Watchdogs(connect=10.0, headers=45.0, stall=3.0, total=300.0)
+    # A stated watchdog is that phase's limit: the patience no longer extends it.
+    patient = derived.with_patience(600.0, 600.0, "the SDK's")
+    assert patient.with_overrides(stall=3).stall_limit == 3.0 and patient.with_overrides(stall=3).headers_limit == 600.0
+    assert patient.with_overrides(stall=3, headers=5).patience_from == ""
     assert derived.with_overrides() == derived
     assert derived.with_overrides(connect=1.5, total=60).total == 60.0
     for bad in ({"stall": 0}, {"headers": -1.0}, {"total": float("inf")}, {"connect": "5"}):

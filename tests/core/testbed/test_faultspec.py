@@ -13,6 +13,8 @@ def test_specs_parse() -> None:
     assert (spec.kind, spec.params, spec.from_turn, spec.p) == ("stall", {"after": 12, "seconds": 30.0}, 4, 0.5)
     assert parse_fault("drop_terminal").kind == "drop_terminal"
     assert parse_fault("status:code=503").params == {"code": 503}
+    pause = active_faults([parse_fault("pause:after=3,seconds=12.5,from_turn=2")], turn=2, draw=0)
+    assert (pause.pause_after, pause.pause_seconds, pause.stall_after) == (3, 12.5, None)
 
 
 @pytest.mark.parametrize(
@@ -25,6 +27,7 @@ def test_specs_parse() -> None:
         ("status:code=200", "code must be an HTTP error status"),
         ("close:after=2,p=2", "p must be between 0 and 1"),
         ("close:after", "'after' is not key=value"),
+        ("pause:after=3", "pause needs seconds=..."),
     ],
 )
 def test_bad_specs_name_the_spec(text: str, message: str) -> None:
