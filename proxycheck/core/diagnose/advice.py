@@ -37,11 +37,23 @@ ENGINE_ADVICE = ("the engine fails with no proxy in the way: look at the server 
 ENGINE_DIGEST = "x-proxycheck-request-sha256"  # the reference engine's header: the engine answered
 QUOTE = 100  # characters of an error body or message quoted
 QUIET_CUT = 0.5  # seconds without data before a cut above which a read timeout is the likely cause
+# Cuts count as coming "at the same time" (a cap on the response's duration) when their times
+# spread by no more than CAP_SPREAD s or CAP_SHARE of the time, whichever is larger. A real cap's
+# cuts scatter by its timer's and the host's scheduling (milliseconds), by the upload of the
+# request before the hop starts counting, and, in hops that check it only when they write (Varnish's
+# send_timeout), by up to one gap between tokens (10-100 ms on an engine that streams): 0.25 s holds
+# those. Cuts that come a token gap or a second apart are not equal, however long the cap: the 5 %
+# only lets a cap of minutes (Cloudflare's 100 s) scatter by the seconds a busy path adds.
+CAP_SPREAD = 0.25
+CAP_SHARE = 0.05
 
 _TIMEOUT_WORDS = ("timeout", "timed out", "time-out", "time out")
 _READ_TIMEOUTS = "nginx proxy_read_timeout, HAProxy timeout server, Squid read_timeout"
 _GATEWAY_TIMEOUTS = "LiteLLM timeout / stream_timeout, " + _READ_TIMEOUTS
 _NO_BUFFERING = "proxy_buffering off / X-Accel-Buffering: no (nginx), option http-no-delay (HAProxy)"
+_DURATION_CAPS = ("Cloudflare's 100 s (now 125 s), a GCP load balancer's backend timeout (30 s for serverless "
+                  "backends), Envoy's route timeout (15 s by default), Varnish send_timeout, Traffic Server "
+                  "transaction_active_timeout, an AWS ALB's in some set-ups")  # fmt: skip
 
 
 class Item(Protocol):
@@ -256,6 +268,67 @@ class _Group:
     def direct_ok(self) -> bool:
         return all(i.reference is not None and i.reference.outcome is Outcome.OK for i in self.items)
 
+    def duration_cap(self) -> "_Cap | None":
+        """The figures of a cap on the response's duration, when the cuts show one; else None.
+
+        A cap cuts every response at one time after its request (or after its response headers),
+        however much data still flows. So: two cuts or more, the response begun (headers came) and
+        data still flowing at each (less than QUIET_CUT s before it: after a silence, a read timeout
+        is the likelier cause), at the same time (`_alike`) after the request or after the headers,
+        but not all at one moment (a restart of the hop cuts what is in flight whenever it began);
+        and the same exchanges on the direct route ran to their end and longer than that (when they
+        were shorter, the duration was not what was cut), and no exchange of the route that passed
+        ran longer (a cap would have cut it too)."""
+        obs, refs = self.obs, [i.reference for i in self.items]
+        if len(obs) < 2 or any(o.end is None or o.headers is None for o in obs):
+            return None
+        quiet = self.quiet()
+        if max(quiet) >= QUIET_CUT or _alike([o.t_start + (o.end or 0.0) for o in obs]):
+            return None
+        if any(r is None or r.outcome is not Outcome.OK or r.end is None for r in refs):
+            return None  # what the direct route does with these exchanges is not known
+        for after in ("the request", "the response headers"):
+            times = [_lasted(o, after) for o in obs]
+            if _alike(times):
+                break
+        else:
+            return None
+        direct = [_lasted(r, after) for r in refs if r is not None]
+        passed = [_lasted(i.obs, after) for route in self.routes for i in self.context.get(route, ())
+                  if not i.outcome.is_failure and i.obs.e2e is not None]  # fmt: skip
+        if min(direct) <= max(times) or max(passed, default=0.0) > max(times) + _tolerance(times):
+            return None
+        alike = len({len(o.events) for o in obs}) == 1  # as many events each time: a size limit fits too
+        return _Cap(after, tuple(times), tuple(quiet), tuple(direct), alike)
+
+
+@dataclass(frozen=True, slots=True)
+class _Cap:
+    """Cuts at the same time after `after` ("the request" or "the response headers") while data
+    still flowed: each cut's time from there, the silence before it, the same exchanges' duration
+    on the direct route, and whether every cut came after as many content events."""
+
+    after: str
+    times: tuple[float, ...]
+    quiet: tuple[float, ...]
+    direct: tuple[float, ...]
+    alike: bool
+
+
+def _lasted(o: Observation, after: str) -> float:
+    """How long an exchange ran until its end, from its request or from its response headers."""
+    start = o.headers if after == "the response headers" and o.headers is not None else 0.0
+    return (o.end or 0.0) - start
+
+
+def _tolerance(values: Sequence[float]) -> float:
+    return max(CAP_SPREAD, CAP_SHARE * max(values))
+
+
+def _alike(values: Sequence[float]) -> bool:
+    """Times equal within what a real cap's timing scatters by (CAP_SPREAD, CAP_SHARE)."""
+    return max(values) - min(values) <= _tolerance(values)
+
 
 def _last_data(o: Observation, content_only: bool) -> float:
     """When the last data of an exchange came (events, or the headers), from its request; with
@@ -467,6 +540,9 @@ def _reset(g: _Group) -> Words:
     if ref is not None:
         fact = f" (the longest gap on the direct route: {_secs(ref)})" if mid else \
             f" (the first token came after up to {_secs(ref)} on the direct route)"  # fmt: skip
+    cap = g.duration_cap()
+    if cap is not None:
+        return (seen, *_capped(g, cap))
     if quiet and min(quiet) >= QUIET_CUT:
         return (seen, f"a read timeout of about {_span(quiet)} in the hop ({_READ_TIMEOUTS}, LiteLLM "
                       f"stream_timeout), shorter than the engine's {wait}{fact}",
@@ -486,11 +562,28 @@ def _truncated(g: _Group) -> Words:
     after = f", {_span(quiet)} after the last data" if quiet else ""
     what = f"after {_events(g.content_events())}" if mid else "before the first token"
     wait = "gaps between tokens" if mid else "prefill"
-    return (f"the stream through {g.where} ended cleanly {what}, without its terminal event{after}",
+    seen = f"the stream through {g.where} ended cleanly {what}, without its terminal event{after}"
+    cap = g.duration_cap()
+    if cap is not None:
+        return (seen, *_capped(g, cap))
+    return (seen,
             f"a response or read timeout in the hop that ends the body instead of cutting it ({_READ_TIMEOUTS}), "
             f"shorter than the engine's {wait}; or a filter that does not understand SSE and ends it early",
             f"raise that timeout above the longest {'gap between tokens' if mid else 'prefill'}; exempt "
             "text/event-stream from filters")  # fmt: skip
+
+
+def _capped(g: _Group, cap: _Cap) -> tuple[str, str]:
+    """Likely and fix of cuts that a cap on the response's duration explains."""
+    size = ""
+    if cap.alike:
+        size = (f"; every cut came after {_events([len(o.events) for o in g.obs], 'event')}, so a limit on the "
+                "response's size fits as well")  # fmt: skip
+    return (f"a cap on the response's duration of about {_span(cap.times)} from {cap.after}, not a read timeout: "
+            f"every cut came then while data still flowed ({_span(cap.quiet)} after the last), and the same "
+            f"exchanges ran {_span(cap.direct)} on the direct route (such caps: {_DURATION_CAPS}){size}",
+            f"raise the cap above the longest answer ({_secs(max(cap.direct))} on the direct route here), or keep "
+            f"answers under {_secs(min(cap.times))} (fewer tokens per turn)")  # fmt: skip
 
 
 def _stall_before_headers(g: _Group) -> Words:
