@@ -275,7 +275,8 @@ class _Group:
         however much data still flows. So: two cuts or more, the response begun (headers came) and
         data still flowing at each (less than QUIET_CUT s before it: after a silence, a read timeout
         is the likelier cause), at the same time (`_alike`) after the request or after the headers,
-        but not all at one moment (a restart of the hop cuts what is in flight whenever it began);
+        but not all at one moment of one replay (a restart of the hop cuts what is in flight then,
+        whenever it began; one that recurs at that time in every repetition is no restart);
         and the same exchanges on the direct route ran to their end and longer than that (when they
         were shorter, the duration was not what was cut), and no exchange of the route that passed
         ran longer (a cap would have cut it too)."""
@@ -283,7 +284,7 @@ class _Group:
         if len(obs) < 2 or any(o.end is None or o.headers is None for o in obs):
             return None
         quiet = self.quiet()
-        if max(quiet) >= QUIET_CUT or _alike([o.t_start + (o.end or 0.0) for o in obs]):
+        if max(quiet) >= QUIET_CUT or _one_moment(obs):
             return None
         if any(r is None or r.outcome is not Outcome.OK or r.end is None for r in refs):
             return None  # what the direct route does with these exchanges is not known
@@ -313,6 +314,12 @@ class _Cap:
     quiet: tuple[float, ...]
     direct: tuple[float, ...]
     alike: bool
+
+
+def _one_moment(obs: Sequence[Observation]) -> bool:
+    """All in one replay (a route's repetition: `t_start` counts from its start) and ended
+    together."""
+    return len({(o.route, o.repetition) for o in obs}) == 1 and _alike([o.t_start + (o.end or 0.0) for o in obs])
 
 
 def _lasted(o: Observation, after: str) -> float:

@@ -463,6 +463,9 @@ def test_cuts_at_one_moment_are_not_called_a_cap() -> None:
     # Two sessions' turns started together and cut together: a restart of the hop fits as well.
     items = [judged(replace(cut_at(2.0, ttft=0.3, turn=2), session=s), ran(3.5, turn=2)) for s in ("s1", "s2")]
     assert "cap" not in one("edge", items).likely
+    # The same in the next repetition (its times count from its own start): no restart does that.
+    again = [judged(replace(j.obs, repetition=2), j.reference) for j in items]
+    assert "a cap on the response's duration of about 2.0 s" in one("edge", items + again).likely
 
 
 def test_a_single_cut_is_not_called_a_cap() -> None:
