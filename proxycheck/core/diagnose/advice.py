@@ -302,6 +302,26 @@ class _Group:
         alike = len({len(o.events) for o in obs}) == 1  # as many events each time: a size limit fits too
         return _Cap(after, tuple(times), tuple(quiet), tuple(direct), alike)
 
+    def cut_as_first_token_came(self) -> tuple[list[float], list[float]] | None:
+        """(each cut, the same exchange's first token on the direct route), from the request, when
+        every cut before the first token came no sooner than that token did on the direct route,
+        and at different times: a hop that checks a cap on the duration only when it writes
+        (Varnish's send_timeout) cuts a long prefill as its first token comes. A read timeout cuts
+        sooner than the token, at one time after the headers. None otherwise."""
+        obs, refs = self.obs, [i.reference for i in self.items]
+        if len(obs) < 2 or any(o.end is None or o.headers is None or o.content_events for o in obs):
+            return None
+        firsts = [r.first_content if r is not None and r.outcome is Outcome.OK else None for r in refs]
+        if any(t is None for t in firsts):
+            return None
+        cuts = [o.end or 0.0 for o in obs]
+        heard = [f for f in firsts if f is not None]
+        if any(c < f - _tolerance(heard) for c, f in zip(cuts, heard)):
+            return None  # a cut before the token was due: what a read timeout does
+        if _alike(cuts) or _alike([_lasted(o, "the response headers") for o in obs]):
+            return None  # cuts at one time fit a read timeout as well
+        return cuts, heard
+
 
 @dataclass(frozen=True, slots=True)
 class _Cap:
@@ -550,6 +570,17 @@ def _reset(g: _Group) -> Words:
     cap = g.duration_cap()
     if cap is not None:
         return (seen, *_capped(g, cap))
+    at_token = None if mid else g.cut_as_first_token_came()
+    if at_token is not None:
+        cuts, firsts = at_token
+        direct = max(i.reference.end or 0.0 for i in g.items if i.reference is not None)
+        return (seen, f"not a read timeout: each cut came as the stream's first token did on the direct route "
+                      f"({_span(firsts)} after the request), at different times ({_span(cuts)}), where a read "
+                      f"timeout cuts sooner, at one time: a cap on the response's duration that {g.where} checks "
+                      "only when it writes (Varnish send_timeout), shorter than the prefill; or a filter that gives "
+                      "up on the first event",
+                f"raise the cap above the longest answer ({_secs(direct)} on the direct route here); a filter: "
+                "exempt text/event-stream")  # fmt: skip
     if quiet and min(quiet) >= QUIET_CUT:
         return (seen, f"a read timeout of about {_span(quiet)} in the hop ({_READ_TIMEOUTS}, LiteLLM "
                       f"stream_timeout), shorter than the engine's {wait}{fact}",

@@ -478,3 +478,29 @@ def test_cuts_after_as_many_events_say_a_size_limit_fits_as_well() -> None:
     a = one("edge", capped({(2, 1): 2.0, (2, 2): 2.0}, TTFT))
     assert "a cap on the response's duration of about 2.0 s" in a.likely
     assert "every cut came after 44 events, so a limit on the response's size fits as well" in a.likely
+
+
+def before_first_token(cuts: dict[tuple[int, int], float], firsts: dict[int, float]) -> list[Judged]:
+    """Turn `t` of repetition `r` cut `cuts[(t, r)]` s after its request, before any token; the
+    direct route's first token came `firsts[t]` s after the request."""
+    return [judged(failed(Outcome.RESET, turn=t, rep=r, events=(Event(0.011, 30, "meta"),), end=end),
+                   ok(turn=t, rep=r, ttft=firsts[t], gap=0.04, tokens=30))
+            for (t, r), end in cuts.items()]  # fmt: skip
+
+
+def test_cuts_as_the_first_token_came_are_a_cap_checked_on_writes_not_a_read_timeout() -> None:
+    # Varnish's send_timeout (1.5 s) in front of prefills of 2.1 s and 3.6 s: it cuts each stream
+    # when it writes the first token, not 1.5 s after the request.
+    firsts = {2: 2.1, 3: 3.6}
+    a = one("varnish", before_first_token({(2, 1): 2.11, (3, 1): 3.62, (2, 2): 2.1, (3, 2): 3.61}, firsts))
+    assert a.kind == "reset_before_first_event"
+    assert a.likely.startswith("not a read timeout: each cut came as the stream's first token did on the direct "
+                               "route (2.1-3.6 s after the request), at different times (2.1-3.6 s)")  # fmt: skip
+    assert "Varnish send_timeout" in a.likely and "read timeout of about" not in a.likely
+    assert a.fix.startswith("raise the cap above the longest answer (4.8 s on the direct route here)")
+    # Cuts sooner than the token (by more than a cap's scatter): a read timeout, as before.
+    b = one("nginx", before_first_token({(2, 1): 2.0, (3, 1): 3.0}, firsts))
+    assert "a read timeout of about 2.0-3.0 s in the hop" in b.likely and "cap" not in b.likely
+    # At one time (the same exchange twice): a read timeout of that time fits as well.
+    c = one("nginx", before_first_token({(2, 1): 2.1, (2, 2): 2.1}, firsts))
+    assert "a read timeout of about 2.1 s in the hop" in c.likely and "cap" not in c.likely
