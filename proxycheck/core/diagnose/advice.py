@@ -10,7 +10,9 @@ tokens. An `Advice` says three things apart:
 - `seen`: what the exchanges show, with their figures (the largest request body that passed a
   route and the smallest it refused, the hop's own error body and how long after the request it
   came, the seconds of silence before a cut, after how many events);
-- `likely`: the causes those figures point to, named as likely, never as found;
+- `likely`: the causes those figures point to, named as likely, never as found (a cut after a
+  silence: a read timeout; cuts at one time after the request while data still flowed, where the
+  direct route ran longer: a cap on the response's duration, `_Group.duration_cap`);
 - `fix`: the settings to change.
 
 Nothing is said that the observations do not show: a figure comes from them, and where they
@@ -327,7 +329,7 @@ class _Group:
 class _Cap:
     """Cuts at the same time after `after` ("the request" or "the response headers") while data
     still flowed: each cut's time from there, the silence before it, the same exchanges' duration
-    on the direct route, and whether every cut came after as many content events."""
+    on the direct route, and whether every cut came after as many events."""
 
     after: str
     times: tuple[float, ...]
