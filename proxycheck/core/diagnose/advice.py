@@ -614,16 +614,19 @@ def _truncated(g: _Group) -> Words:
 
 
 def _capped(g: _Group, cap: _Cap) -> tuple[str, str]:
-    """Likely and fix of cuts that a cap on the response's duration explains."""
-    size = ""
+    """Likely and fix of cuts that a cap on the response's duration explains. When every cut came
+    after as many events, a limit on the response's size explains them as well: both are said."""
+    what = f"a cap on the response's duration of about {_span(cap.times)} from {cap.after}"
+    size = fix = ""
     if cap.alike:
-        size = (f"; every cut came after {_events([len(o.events) for o in g.obs], 'event')}, so a limit on the "
-                "response's size fits as well")  # fmt: skip
-    return (f"a cap on the response's duration of about {_span(cap.times)} from {cap.after}, not a read timeout: "
-            f"every cut came then while data still flowed ({_span(cap.quiet)} after the last), and the same "
-            f"exchanges ran {_span(cap.direct)} on the direct route (such caps: {_DURATION_CAPS}){size}",
+        what += f", or on its size (every cut came after {_events([len(o.events) for o in g.obs], 'event')})"
+        size = "; cuts of other exchanges, after other counts of events, would tell the two apart"
+        fix = "; a size limit: raise it above the largest answer"
+    return (f"{what}, not a read timeout: every cut came then while data still flowed ({_span(cap.quiet)} after "
+            f"the last), and the same exchanges ran {_span(cap.direct)} on the direct route (such caps: "
+            f"{_DURATION_CAPS}){size}",
             f"raise the cap above the longest answer ({_secs(max(cap.direct))} on the direct route here), or keep "
-            f"answers under {_secs(min(cap.times))} (fewer tokens per turn)")  # fmt: skip
+            f"answers under {_secs(min(cap.times))} (fewer tokens per turn){fix}")  # fmt: skip
 
 
 def _stall_before_headers(g: _Group) -> Words:
