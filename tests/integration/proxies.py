@@ -1,10 +1,11 @@
-"""Real nginx, HAProxy, Squid and the LiteLLM proxy on loopback ports, with generated configs,
-stopped by pid.
+"""Real nginx, HAProxy, Squid, Varnish and the LiteLLM proxy on loopback ports, with generated
+configs, stopped by pid.
 
 Each `start_*` writes a whole configuration (the caller gives the part under test), runs the
 proxy in the foreground as a `Managed` process (stopped by its pid: SIGTERM, then SIGKILL), and
 returns once its port accepts connections. Their files (config, logs, pid, temp) go to a
-directory any user may write, since nginx's workers and Squid drop root privileges.
+directory any user may write, since nginx's workers, Squid and Varnish's child drop root
+privileges.
 """
 
 from __future__ import annotations
@@ -146,6 +147,32 @@ shutdown_lifetime 0 seconds
 """
     (home / "squid.conf").write_text(conf)
     return _start([squid, "-N", "-d", "1", "-f", str(home / "squid.conf")], port, home, "squid")
+
+
+def start_varnish(backend: str, *, params: dict[str, str] | None = None, vcl: str = "") -> Proxy:
+    """Varnish on a free loopback port in front of `backend` (host:port), passing every request
+    to it (nothing cached) and streaming responses as they come (`do_stream`, its default, said
+    out loud); `params` are varnishd parameters (`send_timeout`), `vcl` more VCL. Its backend
+    timeouts are long, so that only what the test sets cuts a response. Start-up compiles the
+    VCL with the C compiler (a second or two)."""
+    varnishd = binary("varnishd")
+    home = shared_dir("varnish-")
+    port = free_port()
+    host, _, backend_port = backend.rpartition(":")
+    (home / "default.vcl").write_text(f"""vcl 4.1;
+backend engine {{
+    .host = "{host}"; .port = "{backend_port}";
+    .first_byte_timeout = 300s; .between_bytes_timeout = 300s;
+}}
+sub vcl_recv {{ return (pass); }}
+sub vcl_backend_response {{ set beresp.do_stream = true; }}
+{vcl}
+""")
+    argv = [varnishd, "-F", "-a", f"127.0.0.1:{port}", "-f", str(home / "default.vcl"), "-n", str(home / "work"),
+            "-s", "malloc,16m", "-p", "vsl_space=1M"]  # fmt: skip
+    for name, value in (params or {}).items():
+        argv += ["-p", f"{name}={value}"]
+    return _start(argv, port, home, "varnish")
 
 
 # LiteLLM needs h11 >= 0.16, which mitmproxy 11 refuses: it has a venv of its own, built by

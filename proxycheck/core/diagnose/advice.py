@@ -10,7 +10,9 @@ tokens. An `Advice` says three things apart:
 - `seen`: what the exchanges show, with their figures (the largest request body that passed a
   route and the smallest it refused, the hop's own error body and how long after the request it
   came, the seconds of silence before a cut, after how many events);
-- `likely`: the causes those figures point to, named as likely, never as found;
+- `likely`: the causes those figures point to, named as likely, never as found (a cut after a
+  silence: a read timeout; cuts at one time after the request while data still flowed, where the
+  direct route ran longer: a cap on the response's duration, `_Group.duration_cap`);
 - `fix`: the settings to change.
 
 Nothing is said that the observations do not show: a figure comes from them, and where they
@@ -37,11 +39,23 @@ ENGINE_ADVICE = ("the engine fails with no proxy in the way: look at the server 
 ENGINE_DIGEST = "x-proxycheck-request-sha256"  # the reference engine's header: the engine answered
 QUOTE = 100  # characters of an error body or message quoted
 QUIET_CUT = 0.5  # seconds without data before a cut above which a read timeout is the likely cause
+# Cuts count as coming "at the same time" (a cap on the response's duration) when their times
+# spread by no more than CAP_SPREAD s or CAP_SHARE of the time, whichever is larger. A real cap's
+# cuts scatter by its timer's and the host's scheduling (milliseconds), by the upload of the
+# request before the hop starts counting, and, in hops that check it only when they write (Varnish's
+# send_timeout), by up to one gap between tokens (10-100 ms on an engine that streams): 0.25 s holds
+# those. Cuts that come a token gap or a second apart are not equal, however long the cap: the 5 %
+# only lets a cap of minutes (Cloudflare's 100 s) scatter by the seconds a busy path adds.
+CAP_SPREAD = 0.25
+CAP_SHARE = 0.05
 
 _TIMEOUT_WORDS = ("timeout", "timed out", "time-out", "time out")
 _READ_TIMEOUTS = "nginx proxy_read_timeout, HAProxy timeout server, Squid read_timeout"
 _GATEWAY_TIMEOUTS = "LiteLLM timeout / stream_timeout, " + _READ_TIMEOUTS
 _NO_BUFFERING = "proxy_buffering off / X-Accel-Buffering: no (nginx), option http-no-delay (HAProxy)"
+_DURATION_CAPS = ("Cloudflare's 100 s (now 125 s), a GCP load balancer's backend timeout (30 s for serverless "
+                  "backends), Envoy's route timeout (15 s by default), Varnish send_timeout, Traffic Server "
+                  "transaction_active_timeout, an AWS ALB's in some set-ups")  # fmt: skip
 
 
 class Item(Protocol):
@@ -271,6 +285,94 @@ class _Group:
     def direct_ok(self) -> bool:
         return all(i.reference is not None and i.reference.outcome.answered for i in self.items)
 
+    def duration_cap(self) -> "_Cap | None":
+        """The figures of a cap on the response's duration, when the cuts show one; else None.
+
+        A cap cuts every response at one time after its request (or after its response headers),
+        however much data still flows. So: two cuts or more, the response begun (headers came) and
+        data still flowing at each (less than QUIET_CUT s before it: after a silence, a read timeout
+        is the likelier cause), at the same time (`_alike`) after the request or after the headers,
+        but not all at one moment of one replay (a restart of the hop cuts what is in flight then,
+        whenever it began; one that recurs at that time in every repetition is no restart);
+        and the same exchanges on the direct route ran to their end and longer than that (when they
+        were shorter, the duration was not what was cut), and no exchange of the route that passed
+        ran longer (a cap would have cut it too)."""
+        obs, refs = self.obs, [i.reference for i in self.items]
+        if len(obs) < 2 or any(o.end is None or o.headers is None for o in obs):
+            return None
+        quiet = self.quiet()
+        if max(quiet) >= QUIET_CUT or _one_moment(obs):
+            return None
+        if any(r is None or r.outcome is not Outcome.OK or r.end is None for r in refs):
+            return None  # what the direct route does with these exchanges is not known
+        for after in ("the request", "the response headers"):
+            times = [_lasted(o, after) for o in obs]
+            if _alike(times):
+                break
+        else:
+            return None
+        direct = [_lasted(r, after) for r in refs if r is not None]
+        passed = [_lasted(i.obs, after) for route in self.routes for i in self.context.get(route, ())
+                  if not i.outcome.is_failure and i.obs.e2e is not None]  # fmt: skip
+        if min(direct) <= max(times) or max(passed, default=0.0) > max(times) + _tolerance(times):
+            return None
+        alike = len({len(o.events) for o in obs}) == 1  # as many events each time: a size limit fits too
+        return _Cap(after, tuple(times), tuple(quiet), tuple(direct), alike)
+
+    def cut_as_first_token_came(self) -> tuple[list[float], list[float]] | None:
+        """(each cut, the same exchange's first token on the direct route), from the request, when
+        every cut before the first token came no sooner than that token did on the direct route,
+        and at different times: a hop that checks a cap on the duration only when it writes
+        (Varnish's send_timeout) cuts a long prefill as its first token comes. A read timeout cuts
+        sooner than the token, at one time after the headers. None otherwise."""
+        obs, refs = self.obs, [i.reference for i in self.items]
+        if len(obs) < 2 or any(o.end is None or o.headers is None or o.content_events for o in obs):
+            return None
+        firsts = [r.first_content if r is not None and r.outcome is Outcome.OK else None for r in refs]
+        if any(t is None for t in firsts):
+            return None
+        cuts = [o.end or 0.0 for o in obs]
+        heard = [f for f in firsts if f is not None]
+        if any(c < f - _tolerance(heard) for c, f in zip(cuts, heard)):
+            return None  # a cut before the token was due: what a read timeout does
+        if _alike(cuts) or _alike([_lasted(o, "the response headers") for o in obs]):
+            return None  # cuts at one time fit a read timeout as well
+        return cuts, heard
+
+
+@dataclass(frozen=True, slots=True)
+class _Cap:
+    """Cuts at the same time after `after` ("the request" or "the response headers") while data
+    still flowed: each cut's time from there, the silence before it, the same exchanges' duration
+    on the direct route, and whether every cut came after as many events."""
+
+    after: str
+    times: tuple[float, ...]
+    quiet: tuple[float, ...]
+    direct: tuple[float, ...]
+    alike: bool
+
+
+def _one_moment(obs: Sequence[Observation]) -> bool:
+    """All in one replay (a route's repetition: `t_start` counts from its start) and ended
+    together."""
+    return len({(o.route, o.repetition) for o in obs}) == 1 and _alike([o.t_start + (o.end or 0.0) for o in obs])
+
+
+def _lasted(o: Observation, after: str) -> float:
+    """How long an exchange ran until its end, from its request or from its response headers."""
+    start = o.headers if after == "the response headers" and o.headers is not None else 0.0
+    return (o.end or 0.0) - start
+
+
+def _tolerance(values: Sequence[float]) -> float:
+    return max(CAP_SPREAD, CAP_SHARE * max(values))
+
+
+def _alike(values: Sequence[float]) -> bool:
+    """Times equal within what a real cap's timing scatters by (CAP_SPREAD, CAP_SHARE)."""
+    return max(values) - min(values) <= _tolerance(values)
+
 
 def _last_data(o: Observation, content_only: bool) -> float:
     """When the last data of an exchange came (events, or the headers), from its request; with
@@ -482,6 +584,20 @@ def _reset(g: _Group) -> Words:
     if ref is not None:
         fact = f" (the longest gap on the direct route: {_secs(ref)})" if mid else \
             f" (the first token came after up to {_secs(ref)} on the direct route)"  # fmt: skip
+    cap = g.duration_cap()
+    if cap is not None:
+        return (seen, *_capped(g, cap))
+    at_token = None if mid else g.cut_as_first_token_came()
+    if at_token is not None:
+        cuts, firsts = at_token
+        direct = max(i.reference.end or 0.0 for i in g.items if i.reference is not None)
+        return (seen, f"not a read timeout: each cut came as the stream's first token did on the direct route "
+                      f"({_span(firsts)} after the request), at different times ({_span(cuts)}), where a read "
+                      f"timeout cuts sooner, at one time: a cap on the response's duration that {g.where} checks "
+                      "only when it writes (Varnish send_timeout), shorter than the prefill; or a filter that gives "
+                      "up on the first event",
+                f"raise the cap above the longest answer ({_secs(direct)} on the direct route here); a filter: "
+                "exempt text/event-stream")  # fmt: skip
     if quiet and min(quiet) >= QUIET_CUT:
         return (seen, f"a read timeout of about {_span(quiet)} in the hop ({_READ_TIMEOUTS}, LiteLLM "
                       f"stream_timeout), shorter than the engine's {wait}{fact}",
@@ -501,11 +617,31 @@ def _truncated(g: _Group) -> Words:
     after = f", {_span(quiet)} after the last data" if quiet else ""
     what = f"after {_events(g.content_events())}" if mid else "before the first token"
     wait = "gaps between tokens" if mid else "prefill"
-    return (f"the stream through {g.where} ended cleanly {what}, without its terminal event{after}",
+    seen = f"the stream through {g.where} ended cleanly {what}, without its terminal event{after}"
+    cap = g.duration_cap()
+    if cap is not None:
+        return (seen, *_capped(g, cap))
+    return (seen,
             f"a response or read timeout in the hop that ends the body instead of cutting it ({_READ_TIMEOUTS}), "
             f"shorter than the engine's {wait}; or a filter that does not understand SSE and ends it early",
             f"raise that timeout above the longest {'gap between tokens' if mid else 'prefill'}; exempt "
             "text/event-stream from filters")  # fmt: skip
+
+
+def _capped(g: _Group, cap: _Cap) -> tuple[str, str]:
+    """Likely and fix of cuts that a cap on the response's duration explains. When every cut came
+    after as many events, a limit on the response's size explains them as well: both are said."""
+    what = f"a cap on the response's duration of about {_span(cap.times)} from {cap.after}"
+    size = fix = ""
+    if cap.alike:
+        what += f", or on its size (every cut came after {_events([len(o.events) for o in g.obs], 'event')})"
+        size = "; cuts of other exchanges, after other counts of events, would tell the two apart"
+        fix = "; a size limit: raise it above the largest answer"
+    return (f"{what}, not a read timeout: every cut came then while data still flowed ({_span(cap.quiet)} after "
+            f"the last), and the same exchanges ran {_span(cap.direct)} on the direct route (such caps: "
+            f"{_DURATION_CAPS}){size}",
+            f"raise the cap above the longest answer ({_secs(max(cap.direct))} on the direct route here), or keep "
+            f"answers under {_secs(min(cap.times))} (fewer tokens per turn){fix}")  # fmt: skip
 
 
 def _stall_before_headers(g: _Group) -> Words:

@@ -360,3 +360,149 @@ def test_an_outcome_without_specific_words_says_what_is_known_and_where_to_look(
     a = advise("gw", [judged(obs)])
     assert a.seen == "hop gw: in_flight at turn 4, 2.5 s after the request, after 7 content events"
     assert "look at the hop's log" in a.fix
+
+
+# -- a cap on the response's duration -----------------------------------------------------------
+#
+# A hop that cuts every response at one time from its request however much data still flows
+# (Cloudflare, a GCP load balancer, Envoy's route timeout, Varnish's send_timeout). Each failing
+# exchange below streams a token every 40 ms from its first token until the cut; the direct
+# route ran the same exchanges to their end, longer.
+
+
+def cut_at(cut: float, *, ttft: float, turn: int, rep: int = 1, outcome: Outcome = Outcome.RESET, gap: float = 0.04,
+           start: float | None = None, headers: float = 0.01, quiet: float = 0.02) -> Observation:  # fmt: skip
+    """Cut `cut` s after the request, the last token `quiet` s before it."""
+    n = int((cut - quiet - ttft) / gap) + 1
+    events = (Event(headers + 0.001, 30, "meta"),) + content(n, ttft, gap)
+    obs = failed(outcome, turn=turn, rep=rep, headers=headers, events=events, end=events[-1].t + quiet)
+    return obs if start is None else replace(obs, t_start=start)
+
+
+def ran(seconds: float, *, turn: int, rep: int = 1, route: str = "direct") -> Observation:
+    """A complete answer that took `seconds` from its request."""
+    return ok(route, turn=turn, rep=rep, ttft=0.3, gap=(seconds - 0.3) / 60, tokens=60)
+
+
+def capped(ends: dict[tuple[int, int], float], ttft: dict[int, float], direct: float = 3.0,
+           **kw) -> list[Judged]:  # type: ignore[no-untyped-def]
+    """Turn `t` of repetition `r` cut `ends[(t, r)]` s after its request; direct ran `direct` s + 0.3 s per turn."""
+    return [judged(cut_at(end, ttft=ttft[t], turn=t, rep=r, **kw), ran(direct + 0.3 * t, turn=t, rep=r))
+            for (t, r), end in ends.items()]  # fmt: skip
+
+
+TTFT = {2: 0.3, 3: 0.9}  # later turns prefill longer: the cuts come after fewer tokens
+EQUAL = {(2, 1): 2.0, (3, 1): 2.03, (2, 2): 2.01, (3, 2): 2.05}
+
+
+def test_cuts_at_one_time_after_the_request_while_data_flowed_are_a_cap_on_the_duration() -> None:
+    a = one("varnish", capped(EQUAL, TTFT))
+    assert a.kind == "reset_mid_stream" and a.exchanges == 4
+    assert a.seen.startswith("hop varnish closed the connection mid-stream after 28-43 content events")
+    assert a.likely.startswith("a cap on the response's duration of about 2.0 s from the request, not a read timeout")
+    assert "every cut came then while data still flowed (0.02 s after the last)" in a.likely
+    assert "the same exchanges ran 3.6-3.9 s on the direct route" in a.likely
+    for setting in ("Cloudflare", "GCP load balancer", "Envoy's route timeout", "Varnish send_timeout",
+                    "Traffic Server transaction_active_timeout", "AWS ALB"):  # fmt: skip
+        assert setting in a.likely
+    assert a.fix == ("raise the cap above the longest answer (3.9 s on the direct route here), or keep answers "
+                     "under 2.0 s (fewer tokens per turn)")  # fmt: skip
+    assert "connection limit" not in a.text and "size" not in a.likely
+    # The same cuts ending the body cleanly (no terminal event): the same cap.
+    b = one("varnish", capped(EQUAL, TTFT, outcome=Outcome.TRUNCATED))
+    assert b.kind == "truncated_mid_stream" and b.likely == a.likely and b.fix == a.fix
+
+
+@pytest.mark.parametrize(("late", "cap"), [(2.2, True), (2.3, False), (3.0, False)])
+def test_cuts_are_a_cap_only_at_equal_times(late: float, cap: bool) -> None:
+    # Within 0.25 s (what a real cap's timing scatters by) the cuts are equal; 0.3 s apart, or a
+    # second apart, they are not: the advice is then what it was for a cut while data flowed.
+    a = one("edge", capped({**EQUAL, (3, 2): late}, TTFT))
+    assert ("a cap on the response's duration" in a.likely) is cap, a.likely
+    if not cap:
+        assert a.likely.startswith("not a read timeout (data came until 0.02 s before the cut): a connection limit")
+
+
+def test_a_cap_counting_from_the_response_headers_is_said_so() -> None:
+    # A hop that holds the headers until the first token (a prefill of 0.3 s or 1.2 s) and cuts
+    # 2.0 s after them: the cuts are 2.3 s and 3.2 s after the request, equal after the headers.
+    items = []
+    for rep in (1, 2):
+        for turn, first in ((2, 0.3), (3, 1.2)):
+            obs = cut_at(first + 2.0, ttft=first + 0.001, turn=turn, rep=rep, headers=first)
+            items.append(judged(obs, ran(4.0, turn=turn, rep=rep)))
+    a = one("envoy", items)
+    assert "a cap on the response's duration of about 2.0 s from the response headers" in a.likely
+    assert "from the request" not in a.likely
+
+
+def test_a_cut_after_a_silence_at_equal_times_is_still_a_read_timeout() -> None:
+    # The cuts come 2.0 s after the request, but after 1 s without data: a read timeout fits.
+    a = one("nginx", capped(EQUAL, TTFT, quiet=1.0))
+    assert "a read timeout of about 1.0 s in the hop" in a.likely and "cap" not in a.likely
+
+
+def test_no_cap_when_the_direct_route_answered_sooner_than_the_cuts() -> None:
+    # The direct route ran the same exchanges 1.7-2.0 s: the cut did not stop a longer answer.
+    items = [judged(j.obs, ran(1.7 if j.obs.turn == 2 else 2.0, turn=j.obs.turn, rep=j.obs.repetition))
+             for j in capped(EQUAL, TTFT)]  # fmt: skip
+    assert "cap" not in one("edge", items).likely
+    # Nor without the direct route's answers to compare with.
+    assert "cap" not in one("edge", [judged(j.obs) for j in capped(EQUAL, TTFT)]).likely
+
+
+def test_no_cap_when_an_answer_longer_than_the_cuts_passed_the_route() -> None:
+    items = capped(EQUAL, TTFT)
+    long_one = judged(ran(3.5, turn=1, route="via:edge"), ran(3.5, turn=1))
+    assert "cap" not in one("edge", items, {"via:edge": items + [long_one]}).likely
+    short_one = judged(ran(1.0, turn=1, route="via:edge"), ran(1.0, turn=1))
+    assert "a cap on the response's duration" in one("edge", items, {"via:edge": items + [short_one]}).likely
+
+
+def test_cuts_at_one_moment_are_not_called_a_cap() -> None:
+    # Two sessions' turns started together and cut together: a restart of the hop fits as well.
+    items = [judged(replace(cut_at(2.0, ttft=0.3, turn=2), session=s), ran(3.5, turn=2)) for s in ("s1", "s2")]
+    assert "cap" not in one("edge", items).likely
+    # The same in the next repetition (its times count from its own start): no restart does that.
+    again = [judged(replace(j.obs, repetition=2), j.reference) for j in items]
+    assert "a cap on the response's duration of about 2.0 s" in one("edge", items + again).likely
+
+
+def test_a_single_cut_is_not_called_a_cap() -> None:
+    (item,) = capped({(2, 1): 2.0}, TTFT)
+    assert "cap" not in one("edge", [item]).likely
+
+
+def test_cuts_after_as_many_events_say_a_size_limit_fits_as_well() -> None:
+    # The same exchange cut in two repetitions after as many tokens: a cap on the bytes could do that too.
+    a = one("edge", capped({(2, 1): 2.0, (2, 2): 2.0}, TTFT))
+    assert a.likely.startswith("a cap on the response's duration of about 2.0 s from the request, or on its size "
+                               "(every cut came after 44 events), not a read timeout")  # fmt: skip
+    assert "cuts of other exchanges, after other counts of events, would tell the two apart" in a.likely
+    assert a.fix.endswith("; a size limit: raise it above the largest answer")
+
+
+def before_first_token(cuts: dict[tuple[int, int], float], firsts: dict[int, float]) -> list[Judged]:
+    """Turn `t` of repetition `r` cut `cuts[(t, r)]` s after its request, before any token; the
+    direct route's first token came `firsts[t]` s after the request."""
+    return [judged(failed(Outcome.RESET, turn=t, rep=r, events=(Event(0.011, 30, "meta"),), end=end),
+                   ok(turn=t, rep=r, ttft=firsts[t], gap=0.04, tokens=30))
+            for (t, r), end in cuts.items()]  # fmt: skip
+
+
+def test_cuts_as_the_first_token_came_are_a_cap_checked_on_writes_not_a_read_timeout() -> None:
+    # Varnish's send_timeout (1.5 s) in front of prefills of 2.1 s and 3.6 s: it cuts each stream
+    # when it writes the first token, not 1.5 s after the request.
+    firsts = {2: 2.1, 3: 3.6}
+    a = one("varnish", before_first_token({(2, 1): 2.11, (3, 1): 3.62, (2, 2): 2.1, (3, 2): 3.61}, firsts))
+    assert a.kind == "reset_before_first_event"
+    assert a.likely.startswith("not a read timeout: each cut came as the stream's first token did on the direct "
+                               "route (2.1-3.6 s after the request), at different times (2.1-3.6 s)")  # fmt: skip
+    assert "Varnish send_timeout" in a.likely and "read timeout of about" not in a.likely
+    assert a.fix.startswith("raise the cap above the longest answer (4.8 s on the direct route here)")
+    # Cuts sooner than the token (by more than a cap's scatter): a read timeout, as before.
+    b = one("nginx", before_first_token({(2, 1): 2.0, (3, 1): 3.0}, firsts))
+    assert "a read timeout of about 2.0-3.0 s in the hop" in b.likely and "cap" not in b.likely
+    # At one time (the same exchange twice): a read timeout of that time fits as well.
+    c = one("nginx", before_first_token({(2, 1): 2.1, (2, 2): 2.1}, firsts))
+    assert "a read timeout of about 2.1 s in the hop" in c.likely and "cap" not in c.likely
