@@ -62,9 +62,9 @@ $(HARNESS_STAMP): $(HARNESS_PINS)
 	fi
 
 # Debian packages the tests run for real: Chromium and chromedriver (the HTML report, tests/report),
-# nginx, HAProxy and Squid (the proxy matrix, tests/integration). What is missing is installed when
+# nginx, HAProxy, Squid and Dante (the proxy matrix, tests/integration). What is missing is installed when
 # we may (root with apt-get); otherwise those tests skip, saying why.
-TEST_PACKAGES = chromium:chromium chromedriver:chromium-driver nginx:nginx haproxy:haproxy squid:squid
+TEST_PACKAGES = chromium:chromium chromedriver:chromium-driver nginx:nginx haproxy:haproxy squid:squid danted:dante-server
 test-packages:
 	@missing=""; \
 	for pair in $(TEST_PACKAGES); do \

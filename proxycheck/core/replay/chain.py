@@ -264,6 +264,12 @@ def doc_hops_by_route(chain_doc: Mapping[str, Any], routes: Sequence[str]) -> di
     return {route: hops_of_route(names, route) for route in routes}
 
 
+def doc_socks_hops(chain_doc: Mapping[str, Any]) -> frozenset[str]:
+    """The hops that are SOCKS5 proxies, from a run's chain document (`Chain.to_doc`)."""
+    return frozenset(str(h.get("name")) for h in chain_doc.get("hops", [])
+                     if isinstance(h, Mapping) and isinstance(h.get("proxy"), str) and is_socks(h["proxy"]))  # fmt: skip
+
+
 def doc_ladder(chain_doc: Mapping[str, Any], routes: Sequence[str], where: str) -> list[str]:
     """`direct` first, then the routes of a run from the engine outward, from its chain document;
     BadInput naming `where` for a route the chain does not have."""
