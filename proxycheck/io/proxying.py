@@ -49,9 +49,9 @@ def httpx_client(route: Route, *, verify: ssl.SSLContext | bool, limits: httpx.L
         return httpx.AsyncClient(proxy=route.proxy, verify=verify, http2=http2, limits=limits, trust_env=False,
                                  follow_redirects=False, **extra)  # fmt: skip
     assert route.proxy is not None
+    # The transport holds what the client would give its own: TLS, HTTP/2, the pool's limits.
     transport = _HttpxSocks(route.proxy, verify=verify, http2=http2, limits=limits)
-    return httpx.AsyncClient(transport=transport, verify=verify, http2=http2, limits=limits, trust_env=False,
-                             follow_redirects=False, **extra)  # fmt: skip
+    return httpx.AsyncClient(transport=transport, trust_env=False, follow_redirects=False, **extra)
 
 
 def aiohttp_session(route: Route, *, tls: ssl.SSLContext | bool, limit: int, keepalive: float | None = None,

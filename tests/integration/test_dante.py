@@ -80,7 +80,7 @@ def record_turns(engine_url: str, out: Path, intervals: list[float], max_tokens:
 
 
 @pytest.mark.timeout(60)
-def test_healthy_through_dante_with_both_client_stacks(tmp_path: Path) -> None:
+def test_healthy_through_dante_with_both_client_stacks_and_bench(tmp_path: Path) -> None:
     with processes() as started:
         engine = start_engine("--ttft-per-kb", "0", "--token-interval", "0.02", "--tool-call-rate", "0")
         started.append(engine)
@@ -106,6 +106,12 @@ def test_healthy_through_dante_with_both_client_stacks(tmp_path: Path) -> None:
         assert {o.outcome.value for o in observed} == {"ok"} and len(observed) == 4
         assert all(o.connect is not None and o.connect > 0 for o in observed if o.reused is False), observed
         assert any(o.reused is False for o in observed)
+        # bench loads the route through it on aiohttp too.
+        status = cli.main(["bench", str(recording), "--chain", str(chain), "--route", "via:dante", "--requests", "6",
+                           "--warmup", "0", "--concurrency", "2", "--out", str(tmp_path / "bench")])  # fmt: skip
+        assert status == 0
+        benched = load_run(tmp_path / "bench").observations
+        assert len(benched) >= 6 and {o.outcome.value for o in benched} == {"ok"}, benched
         # Dante relayed what the replays sent: its log names each relayed connection to the engine.
         deadline = time.monotonic() + 5
         while f"127.0.0.1.{engine.port}" not in dante.log("danted.log") and time.monotonic() < deadline:
