@@ -40,18 +40,17 @@ from proxycheck.core.replay.chain import Route, is_socks
 __all__ = ["aiohttp_session", "httpx_client"]
 
 
-def httpx_client(route: Route, *, verify: ssl.SSLContext | bool, limits: httpx.Limits, http2: bool = False,
-                 timeout: Any = httpx.USE_CLIENT_DEFAULT) -> httpx.AsyncClient:  # fmt: skip
+def httpx_client(route: Route, *, verify: ssl.SSLContext | bool, limits: httpx.Limits,
+                 http2: bool = False) -> httpx.AsyncClient:  # fmt: skip
     """An httpx client for `route`: through its proxy, if any. Never `trust_env`: only the chain
     file's proxy, never a stray HTTP_PROXY or ALL_PROXY, may add a hop. No redirects followed."""
-    extra: dict[str, Any] = {} if timeout is httpx.USE_CLIENT_DEFAULT else {"timeout": timeout}
     if not is_socks(route.proxy):
         return httpx.AsyncClient(proxy=route.proxy, verify=verify, http2=http2, limits=limits, trust_env=False,
-                                 follow_redirects=False, **extra)  # fmt: skip
+                                 follow_redirects=False)  # fmt: skip
     assert route.proxy is not None
     # The transport holds what the client would give its own: TLS, HTTP/2, the pool's limits.
     transport = _HttpxSocks(route.proxy, verify=verify, http2=http2, limits=limits)
-    return httpx.AsyncClient(transport=transport, trust_env=False, follow_redirects=False, **extra)
+    return httpx.AsyncClient(transport=transport, trust_env=False, follow_redirects=False)
 
 
 def aiohttp_session(route: Route, *, tls: ssl.SSLContext | bool, limit: int, keepalive: float | None = None,
@@ -66,9 +65,8 @@ def aiohttp_session(route: Route, *, tls: ssl.SSLContext | bool, limit: int, kee
     assert route.proxy is not None
     address, user, password, remote_dns = _socks_parts(route.proxy)
     host, _, port = address.rpartition(":")
-    socks = _AiohttpSocks(host.strip("[]"), int(port), username=user, password=password, rdns=remote_dns,
-                          ssl=tls, limit=limit, **kept)  # fmt: skip
-    socks.address = address
+    socks = _AiohttpSocks(address, host=host.strip("[]"), port=int(port), username=user, password=password,
+                          rdns=remote_dns, ssl=tls, limit=limit, **kept)  # fmt: skip
     return aiohttp.ClientSession(connector=socks, trust_env=False, **options)
 
 
@@ -108,8 +106,11 @@ class _HttpxSocks(httpx.AsyncHTTPTransport):
 
 def _with_port(url: httpx.URL) -> str:
     """host:port the proxy is asked to connect to (the scheme's port when the URL gives none)."""
-    host = url.raw_host.decode("ascii")
-    return f"{f'[{host}]' if ':' in host else host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+    return _target(url.raw_host.decode("ascii"), url.port or (443 if url.scheme == "https" else 80))
+
+
+def _target(host: str, port: int | None) -> str:
+    return f"{f'[{host}]' if ':' in host else host}:{port}"
 
 
 async def _resolve_here(request: httpx.Request) -> None:
@@ -134,11 +135,12 @@ async def _resolve_here(request: httpx.Request) -> None:
 
 
 class _AiohttpSocks(aiohttp_socks.ProxyConnector):
-    address = ""
+    def __init__(self, address: str, **options: Any) -> None:
+        super().__init__(**options)
+        self.address = address  # host:port of the proxy, for the messages
 
     async def _wrap_create_connection(self, *args: Any, req: Any, timeout: Any, **kwargs: Any) -> Any:
-        target = f"{req.url.raw_host}:{req.url.port}" if ":" not in (req.url.raw_host or "") else \
-            f"[{req.url.raw_host}]:{req.url.port}"  # fmt: skip
+        target = _target(req.url.raw_host or "", req.url.port)
         key = req.connection_key
         try:
             return await super()._wrap_create_connection(*args, req=req, timeout=timeout, **kwargs)

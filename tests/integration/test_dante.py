@@ -28,6 +28,8 @@ from common import RECORD, chain_file, check, record_through
 from proxies import start_dante
 
 from proxycheck import cli
+from proxycheck.core.diagnose.advice import advice as advice_of
+from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.io.procs import start_engine, start_mitmdump
 from proxycheck.io.runstore import load_run
 
@@ -121,7 +123,7 @@ def test_healthy_through_dante_with_both_client_stacks_and_bench(tmp_path: Path)
 
 @pytest.mark.timeout(60)
 def test_dante_idle_timeout_cuts_a_stream_at_its_first_long_gap(tmp_path: Path) -> None:
-    # Turns 1 and 2 stream tokens 20 ms apart, turn 3 2 s apart: Dante (timeout.io 1 s) cuts turn
+    # Turns 1 and 2 stream tokens 20 ms apart, turn 3 1.5 s apart: Dante (timeout.io 1 s) cuts turn
     # 3 after its first token; direct streams it whole.
     with processes() as started:
         engine = start_engine("--ttft-per-kb", "0", "--tool-call-rate", "0")
@@ -129,7 +131,7 @@ def test_dante_idle_timeout_cuts_a_stream_at_its_first_long_gap(tmp_path: Path) 
         dante = start_dante(timeout_io=1)
         started.append(dante)
         recording = tmp_path / "rec"
-        record_turns(engine.url, recording, [0.02, 0.02, 2.0], max_tokens=3)
+        record_turns(engine.url, recording, [0.02, 0.02, 1.5], max_tokens=2)
 
         chain = chain_file(tmp_path, engine.url, ("dante", f"proxy={socks_url(dante)}"))
         status, doc = check(tmp_path, recording, chain, *FAST)
@@ -165,8 +167,14 @@ def test_dante_refusals_are_connect_errors_with_its_reply(tmp_path: Path) -> Non
         assert status == 1 and doc["verdict"] == "proxy" and doc["culprit"] == "dante", doc["summary"]
         found = [f for f in doc["findings"] if f["route"] == "via:dante"]
         assert found and {f["outcome"] for f in found} == {"connect_error"}, found
-        assert f"reply 2 (connection not allowed by ruleset)" in found[0]["detail"], found
+        assert "reply 2 (connection not allowed by ruleset)" in found[0]["detail"], found
         assert "socks pass" in found[0]["advice"], found[0]["advice"]
+        # aiohttp-socks says it in the same words.
+        out = tmp_path / "aiohttp"
+        cli.main(["replay", str(recording), "--chain", str(chain), "--route", "via:dante", "--client", "aiohttp",
+                  "--out", str(out), *FAST])  # fmt: skip
+        details = {o.detail for o in load_run(out).observations}
+        assert details and all("reply 2 (connection not allowed by ruleset)" in d for d in details), details
 
     # socks5h:// to a name only this machine could know: Dante's resolver cannot.
     with processes() as started:
@@ -182,8 +190,5 @@ def test_dante_refusals_are_connect_errors_with_its_reply(tmp_path: Path) -> Non
         observed = load_run(out).observations
         assert {o.outcome.value for o in observed} == {"connect_error"}, observed
         assert "reply 4 (host unreachable)" in observed[0].detail, observed[0].detail
-        from proxycheck.core.diagnose.advice import advice as advice_of
-        from proxycheck.core.exchange.outcomes import Outcome
-
         words = advice_of(Outcome.CONNECT_ERROR, observed[0], "dante")
         assert "cannot resolve engine.invalid" in words and "socks5://" in words, words

@@ -440,7 +440,8 @@ class Localizer:
         found = [
             Finding(
                 route=j.obs.route, repetition=j.obs.repetition, session=j.obs.session, turn=j.obs.turn,
-                outcome=j.outcome.value, detail=j.detail, advice=advised[advice_key(hop, j, self.socks_hops)].text, xid=j.obs.xid,
+                outcome=j.outcome.value, detail=j.detail, xid=j.obs.xid,
+                advice=advised[advice_key(hop, j, self.socks_hops)].text,
             )
             for hop, j in entries[:MAX_FINDINGS]
         ]  # fmt: skip
