@@ -62,9 +62,9 @@ $(HARNESS_STAMP): $(HARNESS_PINS)
 	fi
 
 # Debian packages the tests run for real: Chromium and chromedriver (the HTML report, tests/report),
-# nginx, HAProxy, Squid and Varnish (the proxy matrix, tests/integration). What is missing is
+# nginx, HAProxy, Squid, Varnish and Dante (the proxy matrix, tests/integration). What is missing is
 # installed when we may (root with apt-get); otherwise those tests skip, saying why.
-TEST_PACKAGES = chromium:chromium chromedriver:chromium-driver nginx:nginx haproxy:haproxy squid:squid varnishd:varnish
+TEST_PACKAGES = chromium:chromium chromedriver:chromium-driver nginx:nginx haproxy:haproxy squid:squid varnishd:varnish danted:dante-server
 test-packages:
 	@missing=""; \
 	for pair in $(TEST_PACKAGES); do \

@@ -177,6 +177,23 @@ def test_forward_mode(engine, tmp_path: Path) -> None:
     assert "1 session(s), 1 exchange(s)" in rec.stdout
 
 
+def test_socks5_mode_records_a_client_whose_all_proxy_points_at_it(engine, tmp_path: Path) -> None:
+    # A harness configured with ALL_PROXY=socks5://HOST:PORT: the recorder is its SOCKS5 proxy.
+    out = tmp_path / "rec"
+    rec = RecordProcess(tmp_path, "--mode", "socks5", "--listen", "127.0.0.1:0", "--out", str(out))
+    try:
+        assert "(SOCKS5 proxy)" in rec.stderr
+        with httpx.Client(base_url=engine.url, proxy=f"socks5://{rec.address}", timeout=20, trust_env=False) as client:
+            body, response = chat(client, [{"role": "user", "content": "via a SOCKS5 proxy"}], trace="s")
+        assert rec.interrupt() == 0
+    finally:
+        rec.close()
+    (x,) = load(out).exchanges
+    assert x.url == f"{engine.url}/v1/chat/completions"
+    assert x.response_body == response and x.t_end is not None
+    assert "1 session(s), 1 exchange(s)" in rec.stdout
+
+
 @pytest.fixture(scope="module")
 def plain_forward_proxy(module_mitmdumps: MitmdumpFactory) -> Managed:
     return module_mitmdumps("--mode", "regular", "--set", "stream_large_bodies=1")
@@ -226,6 +243,8 @@ def one_line(capsys) -> str:
         (["--listen", "nowhere", "--upstream", "http://e:1", "--out", "{tmp}/r"], "proxycheck: --listen nowhere: expected HOST:PORT"),
         (["--listen", "127.0.0.1:0", "--upstream", "ftp://e", "--out", "{tmp}/r"], "is not an http:// or https:// URL"),
         (["--listen", "127.0.0.1:0", "--upstream", "http://e:1", "--out", "{tmp}/r", "--mode", "sideways"], "invalid choice"),
+        (["--listen", "127.0.0.1:0", "--upstream", "http://e:1", "--out", "{tmp}/r", "--mode", "socks5"],
+         "proxycheck: --upstream: not in socks5 mode"),
         (["--listen", "127.0.0.1:0", "--upstream", "http://e:1", "--out", "{tmp}/r", "--session-header", "a b"], "not a valid header name"),
         (["--listen", "127.0.0.1:0", "--upstream", "http://e:1", "--out", "{tmp}/file"], "exists and is not a directory"),
         (["--listen", "127.0.0.1:0", "--upstream", "http://e:1", "--out", "{tmp}/full"], "not a recording (choose a new directory)"),

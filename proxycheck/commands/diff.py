@@ -27,7 +27,7 @@ from proxycheck.core.exchange.watchdogs import watchdogs_from_json
 from proxycheck.core.diagnose.verdict import INCOMPLETE
 from proxycheck.core.errors import BadInput
 from proxycheck.core.exchange.outcomes import Outcome
-from proxycheck.core.replay.chain import doc_hops_by_route, doc_ladder
+from proxycheck.core.replay.chain import doc_hops_by_route, doc_ladder, doc_socks_hops
 from proxycheck.io.outputs import check_outputs
 from proxycheck.io.runstore import RUN_FILE, load_run
 
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     def localizer(fail_on: frozenset[Outcome]) -> Localizer:
         return Localizer(ladder, doc_hops_by_route(chain, ladder), strategy=settings["strategy"],
                          repeat=settings["repeat"], max_repeat=settings["max_repeat"], fail_on=fail_on,
-                         run=str(args.run_dir), greedy=settings["greedy"])  # fmt: skip
+                         run=str(args.run_dir), greedy=settings["greedy"], socks_hops=doc_socks_hops(chain))  # fmt: skip
 
     # Whether the run holds what it was to hold is judged as it was made (a check's --fail-on
     # decided which repetitions it replayed).

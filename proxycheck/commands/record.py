@@ -6,7 +6,9 @@ runs, and stopping it so that nothing already recorded is lost:
 
 * Modes: `reverse` (default; clients talk to HOST:PORT as if it were the upstream) runs
   `--mode reverse:URL`; `forward` runs an HTTP proxy (`--mode regular`), or `upstream:URL` when
-  --upstream names the next proxy.
+  --upstream names the next proxy; `socks5` runs a SOCKS5 proxy (`--mode socks5`), for clients
+  configured with `ALL_PROXY=socks5://HOST:PORT`. mitmproxy connects to the targets itself
+  from that mode (it cannot chain it to another proxy), so --upstream is refused there.
 * Before it starts: the output directory is checked as the recorder checks it
   (`proxycheck.io.storage.check_appendable`: not a file, not someone else's files, a recording
   this proxycheck can append to, made at this point); a problem is one line
@@ -68,9 +70,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    "forward mode: an upstream HTTP proxy to chain to (optional)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="the recording (created; an existing recording is appended to)")
-    p.add_argument("--mode", choices=("reverse", "forward"), default="reverse",
+    p.add_argument("--mode", choices=("reverse", "forward", "socks5"), default="reverse",
                    help="reverse: clients talk to this address as to the upstream (default); "
-                   "forward: clients use this address as their HTTP proxy")
+                   "forward: clients use this address as their HTTP proxy; "
+                   "socks5: clients use this address as their SOCKS5 proxy (ALL_PROXY=socks5://HOST:PORT)")
     p.add_argument("--redact-header", type=header_name, action="append", default=[], metavar="NAME",
                    help="also redact this header's value (repeatable; credentials are redacted by default)")
     p.add_argument("--session-header", type=header_name, action="append", default=[], metavar="NAME",
@@ -101,6 +104,8 @@ def mitmdump_args(args: argparse.Namespace, host: str, port: int) -> list[str]:
 
     if args.mode == "reverse":
         mode = f"reverse:{args.upstream}"
+    elif args.mode == "socks5":
+        mode = "socks5"
     else:
         mode = f"upstream:{args.upstream}" if args.upstream else "regular"
     argv = [
@@ -123,6 +128,10 @@ def check_arguments(args: argparse.Namespace) -> tuple[str, int]:
     host, port = parse_listen(args.listen)
     if args.mode == "reverse" and not args.upstream:
         raise BadInput("--upstream", "required in reverse mode (the URL of the engine or next hop)")
+    if args.mode == "socks5" and args.upstream:
+        raise BadInput("--upstream", "not in socks5 mode: the recorder connects to the targets its clients name "
+                                     "itself (mitmproxy cannot chain SOCKS mode to another proxy); put it in "
+                                     "front of the engine, or behind the SOCKS hop in reverse mode")  # fmt: skip
     # The recorder asks the same question of the directory; asked here, a problem is one line before
     # mitmdump starts (the recorder in a running proxy only warns, so that traffic goes on).
     point = getattr(args, "point", None)
@@ -247,6 +256,8 @@ def run(args: argparse.Namespace) -> int:
 def _describe(args: argparse.Namespace) -> str:
     if args.mode == "reverse":
         return f"reverse proxy to {args.upstream}"
+    if args.mode == "socks5":
+        return "SOCKS5 proxy"
     return f"forward proxy via {args.upstream}" if args.upstream else "forward proxy"
 
 

@@ -41,6 +41,7 @@ from proxycheck.core.exchange.watchdogs import Watchdogs
 from proxycheck.core.replay.chain import Route
 from proxycheck.core.replay.plan import PlannedSession, PlannedTurn
 from proxycheck.io.observe import ConnState, aiohttp_trace_config, observe_aiohttp
+from proxycheck.io.proxying import aiohttp_session
 from proxycheck.io.replayer import collector_out_of_the_way, request_headers, tls_context
 
 
@@ -135,13 +136,8 @@ class _Load:
         return index, self.turns[(index + self.options.offset) % len(self.turns)]
 
     def new_session(self, limit: int) -> aiohttp.ClientSession:
-        return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=self.tls, limit=limit),
-            trace_configs=[aiohttp_trace_config()],
-            proxy=self.route.proxy,
-            trust_env=False,
-            auto_decompress=True,
-        )
+        return aiohttp_session(self.route, tls=self.tls, limit=limit, trace_configs=[aiohttp_trace_config()],
+                               auto_decompress=True)  # fmt: skip
 
     async def send(self, session: aiohttp.ClientSession, index: int, turn: PlannedTurn, conn: ConnState) -> None:
         url = self.route.url_for(turn.url)

@@ -313,6 +313,7 @@ def make_localizer(sessions: Sequence[PlannedSession], routes: Mapping[str, Rout
         list(routes), {name: r.hops for name, r in routes.items()}, strategy=strategy, repeat=repeat,
         max_repeat=max_repeat, fail_on=fail_on, recorded_failures=recorded,
         differences=differences(sessions, options, recorded), run=run, greedy=options.greedy,
+        socks_hops=[r.hops[0] for r in routes.values() if r.socks and r.hops],  # a SOCKS route enters at its proxy
     )  # fmt: skip
 
 

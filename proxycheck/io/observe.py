@@ -468,8 +468,8 @@ class _HttpxStack(_Stack):
         elif name.endswith("connect_tcp.complete"):
             self.local = _stream_address(info.get("return_value"))
             self.connection_made()
-        elif name.endswith("start_tls.complete"):
-            self.connection_made()
+        elif name.endswith(("start_tls.complete", "setup_socks5_connection.complete")):
+            self.connection_made()  # through a SOCKS proxy: once it has connected to the target
 
     async def send(self) -> _Head:
         self.response = response = await self.client.send(self.request, stream=True)

@@ -65,6 +65,7 @@ from proxycheck.core.probe.searches import ENDPOINTS, PROBES, Ask, Delivery, Lad
 from proxycheck.core.protocol.requestparts import SHA_HEADER
 from proxycheck.core.replay.chain import Route
 from proxycheck.io.observe import ConnState, observe_httpx
+from proxycheck.io.proxying import httpx_client
 from proxycheck.io.replayer import REPLAY_HEADER, tls_context
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -153,7 +154,7 @@ def _client(route: Route, tls: ssl.SSLContext | bool, keepalive: float = BURST_K
     # a pooled connection idle for longer than `keepalive_expiry` (5 s by default, as in the
     # OpenAI SDK), so the idle probe sets it beyond the longest gap it tries.
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=keepalive)
-    return httpx.AsyncClient(proxy=route.proxy, verify=tls, trust_env=False, follow_redirects=False, limits=limits)
+    return httpx_client(route, verify=tls, limits=limits)
 
 
 async def probe_routes(

@@ -43,7 +43,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterator, Literal, Protocol, Sequence
 
-import aiohttp
 import httpx
 
 from proxycheck.core.errors import BadInput, ClientFault
@@ -63,6 +62,7 @@ from proxycheck.core.replay.plan import (
     think_delay,
 )
 from proxycheck.io.observe import ConnState, Observed, PreparedExchange, aiohttp_trace_config, prepare_aiohttp, prepare_httpx
+from proxycheck.io.proxying import aiohttp_session, httpx_client
 
 Mode = Literal["exact", "chained"]
 ClientKind = Literal["httpx", "aiohttp"]
@@ -459,14 +459,12 @@ _KEEP_ALIVE = 24 * 3600.0  # aiohttp's keep-alive (15 s by default): as long as 
 
 def _new_client(kind: ClientKind, route: Route, turn: PlannedTurn, tls: ssl.SSLContext | bool) -> _Client:
     if kind == "httpx":
-        # trust_env=False: only the chain file's proxy, never a stray HTTP_PROXY, may add a
-        # hop. HTTP/2 when the turn was recorded over it (negotiated by ALPN on https).
-        client = httpx.AsyncClient(
-            proxy=route.proxy,
+        # Only the chain file's proxy, never a stray HTTP_PROXY, may add a hop (`httpx_client`).
+        # HTTP/2 when the turn was recorded over it (negotiated by ALPN on https).
+        client = httpx_client(
+            route,
             verify=tls,
             http2=(turn.http_version or "").upper().startswith("HTTP/2"),
-            trust_env=False,
-            follow_redirects=False,
             # The plan says when a turn reuses the session's connection, whatever its idle time:
             # httpx's own 5 s expiry would quietly open a new one after a longer think time, and
             # hide a hop that drops idle connections. The client ends with its session.
@@ -474,13 +472,8 @@ def _new_client(kind: ClientKind, route: Route, turn: PlannedTurn, tls: ssl.SSLC
         )
         return _Client(client, prepare_httpx, client.aclose)
     # A connector of its own per session connection: a new connection is a new connector.
-    session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(ssl=tls, limit=0, keepalive_timeout=_KEEP_ALIVE),
-        trace_configs=[aiohttp_trace_config()],
-        proxy=route.proxy,
-        trust_env=False,
-        auto_decompress=True,
-    )
+    session = aiohttp_session(route, tls=tls, limit=0, keepalive=_KEEP_ALIVE,
+                              trace_configs=[aiohttp_trace_config()], auto_decompress=True)  # fmt: skip
     return _Client(session, prepare_aiohttp, session.close)
 
 

@@ -60,6 +60,7 @@ def record_through(
     out: Path,
     *,
     upstream_proxy: str | None = None,
+    socks: bool = False,
     sessions: int = 2,
     turns: int = 3,
     think: float = 0.2,
@@ -69,13 +70,16 @@ def record_through(
 ) -> Any:
     """Agent sessions through the recorder placed at the client side (where a harness's local
     mitmproxy sits): reverse mode in front of `url`, or, with `upstream_proxy`, a forward proxy
-    chained to that one (the agent then sends absolute URLs to `url` through the recorder).
+    chained to that one (the agent then sends absolute URLs to `url` through the recorder), or,
+    with `socks`, a SOCKS5 proxy (the agent's proxy is socks5://, as a harness's ALL_PROXY).
     Returns the agent's run (its sessions and outcomes); the recording is in `out`."""
     agent = dict(sessions=sessions, turns=turns, think=think, max_tokens=max_tokens, read_timeout=read_timeout,
                  tool_result_bytes=tool_result_bytes)  # fmt: skip
     mode = f"reverse:{url}" if upstream_proxy is None else f"upstream:{upstream_proxy}"
-    recorder = start_mitmdump("--mode", mode, "-s", RECORD, "--set", f"proxycheck_out={out}")
-    if upstream_proxy is None:
+    recorder = start_mitmdump("--mode", "socks5" if socks else mode, "-s", RECORD, "--set", f"proxycheck_out={out}")
+    if socks:
+        options = AgentOptions(base_url=url, proxy=f"socks5://{recorder.host}:{recorder.port}", **agent)  # type: ignore[arg-type]
+    elif upstream_proxy is None:
         options = AgentOptions(base_url=recorder.url, **agent)  # type: ignore[arg-type]
     else:
         options = AgentOptions(base_url=url, proxy=recorder.url, **agent)  # type: ignore[arg-type]

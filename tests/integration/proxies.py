@@ -1,4 +1,4 @@
-"""Real nginx, HAProxy, Squid, Varnish and the LiteLLM proxy on loopback ports, with generated
+"""Real nginx, HAProxy, Squid, Varnish, Dante and the LiteLLM proxy on loopback ports, with generated
 configs, stopped by pid.
 
 Each `start_*` writes a whole configuration (the caller gives the part under test), runs the
@@ -173,6 +173,32 @@ sub vcl_backend_response {{ set beresp.do_stream = true; }}
     for name, value in (params or {}).items():
         argv += ["-p", f"{name}={value}"]
     return _start(argv, port, home, "varnish")
+
+
+def start_dante(*, timeout_io: float = 0, rules: str = "") -> Proxy:
+    """Dante (`danted`) as a SOCKS5 proxy on a free loopback port, no authentication, relaying
+    from loopback to loopback; `timeout_io` is its idle timeout on a relayed connection (whole
+    seconds; 0: none), `rules` more `socks block { ... }` rules, read before the one that
+    passes everything."""
+    danted = binary("danted")
+    home = shared_dir("dante-")
+    port = free_port()
+    user = "user.unprivileged: nobody" if os.geteuid() == 0 else ""
+    conf = f"""
+logoutput: {home}/danted.log
+internal: 127.0.0.1 port = {port}
+external: 127.0.0.1
+clientmethod: none
+socksmethod: none
+{user}
+timeout.negotiate: 10
+timeout.io: {timeout_io:g}
+client pass {{ from: 127.0.0.0/8 to: 0.0.0.0/0 }}
+{rules}
+socks pass {{ from: 127.0.0.0/8 to: 0.0.0.0/0 log: connect disconnect error }}
+"""
+    (home / "danted.conf").write_text(conf)
+    return _start([danted, "-f", str(home / "danted.conf"), "-p", str(home / "danted.pid")], port, home, "danted")
 
 
 # LiteLLM needs h11 >= 0.16, which mitmproxy 11 refuses: it has a venv of its own, built by

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.exchange.socks import REPLIES, Refusal, reply_in
 
 ENGINE_ADVICE = ("the engine fails with no proxy in the way: look at the server (its logs, timeouts, "
                  "limits such as max model length or request size), not at the chain")  # fmt: skip
@@ -115,8 +116,12 @@ class Advice:
 Key = tuple[str | None, str, str]  # hop, outcome, kind
 
 
-def kind_of(outcome: Outcome, obs: Observation) -> str:
-    """The kind of a finding: its outcome, told apart where the setting behind it differs."""
+def kind_of(outcome: Outcome, obs: Observation, socks: bool = False) -> str:
+    """The kind of a finding: its outcome, told apart where the setting behind it differs.
+    `socks`: the hop it is about is a SOCKS5 proxy (its cuts have settings of their own)."""
+    found = _socks_kind(outcome, obs, socks)
+    if found:
+        return found
     idle = obs.reused is True and obs.idle is not None and obs.idle >= 1.0
     if outcome is Outcome.HTTP_ERROR:
         status = obs.status or 0
@@ -149,33 +154,34 @@ def kind_of(outcome: Outcome, obs: Observation) -> str:
     return outcome.value
 
 
-def key_of(hop: str | None, item: Item) -> Key:
-    return (hop, item.outcome.value, kind_of(item.outcome, item.obs))
+def key_of(hop: str | None, item: Item, socks: frozenset[str] = frozenset()) -> Key:
+    return (hop, item.outcome.value, kind_of(item.outcome, item.obs, hop in socks))
 
 
 def group(entries: Iterable[tuple[str | None, Item]], context: Mapping[str, Sequence[Item]] | None = None,
-          names: Mapping[str, str] | None = None) -> dict[Key, Advice]:  # fmt: skip
+          names: Mapping[str, str] | None = None, socks: frozenset[str] = frozenset()) -> dict[Key, Advice]:  # fmt: skip
     """The advice for each (hop, outcome, kind) of `entries` (the hop a finding is about, and the
     finding), in order of first appearance; `context` holds every judged exchange of each route
     (what passed as well as what failed), for the figures that need both; `names` says how to
-    name a hop that is not known to be the one at fault (see `advise`)."""
+    name a hop that is not known to be the one at fault (see `advise`); `socks` names the hops
+    that are SOCKS5 proxies."""
     members: dict[Key, list[Item]] = {}
     for hop, item in entries:
-        members.setdefault(key_of(hop, item), []).append(item)
-    return {key: advise(key[0], items, context, (names or {}).get(key[0] or ""))
+        members.setdefault(key_of(hop, item, socks), []).append(item)
+    return {key: advise(key[0], items, context, (names or {}).get(key[0] or ""), key[0] in socks)
             for key, items in members.items()}  # fmt: skip
 
 
 def advise(hop: str | None, items: Sequence[Item], context: Mapping[str, Sequence[Item]] | None = None,
-           name: str | None = None) -> Advice:  # fmt: skip
+           name: str | None = None, socks: bool = False) -> Advice:  # fmt: skip
     """The advice about `items`, exchanges of one outcome and kind, at `hop` ("" for a hop not
     named, None for the engine). A route missing from `context` is one nothing else is known of.
     `name` names the hop in the words, when "hop NAME" would say more than is known (a route of
-    several hops, none of them found at fault)."""
+    several hops, none of them found at fault). `socks`: the hop is a SOCKS5 proxy."""
     if not items:
         raise ValueError("advice needs at least one exchange")
     first = items[0]
-    kind = kind_of(first.outcome, first.obs)
+    kind = kind_of(first.outcome, first.obs, socks)
     routes = tuple(dict.fromkeys(i.obs.route for i in items))
     if hop is None:
         if first.outcome is Outcome.SLOW:
@@ -809,6 +815,109 @@ def _known(g: _Group) -> Words:
             "", "look at the hop's log for those requests (the findings list each one)")
 
 
+# -- SOCKS5 hops ---------------------------------------------------------------------------------
+# A SOCKS5 proxy relays bytes: it has no read timeout of its own and no HTTP to answer with, so
+# what it does to a stream is to refuse the connection (a reply code: `core/exchange/socks`) or
+# to close it, mostly after it carried nothing for its idle timeout.
+
+_SOCKS_IDLE = "Dante timeout.io, ssh ClientAliveInterval x ClientAliveCountMax (ServerAliveInterval on the client side)"
+
+
+def _socks_kind(outcome: Outcome, obs: Observation, socks: bool) -> str | None:
+    """A SOCKS5 hop's own kinds: its refusals (read from the detail, which only a SOCKS
+    connector writes so), and its cuts when the hop is known to be one."""
+    if outcome is Outcome.CONNECT_ERROR:
+        refusal = reply_in(obs.detail) or reply_in(obs.error)
+        if refusal is None:
+            return None
+        if refusal.code is None:
+            return "socks_auth"
+        # A name the proxy was to resolve, and a reply that says the host could not be had:
+        # resolving it is the likely part, never said as found (the reply does not tell).
+        return "socks_unresolved" if refusal.by_name and refusal.code in (1, 4) else "socks_refused"
+    if socks and outcome is Outcome.RESET:
+        return "socks_cut"
+    return None
+
+
+def _socks_refusal(g: _Group) -> Refusal | None:
+    return next((r for r in (reply_in(o.detail) or reply_in(o.error) for o in g.obs) if r), None)
+
+
+_SOCKS_WHY = {
+    1: ("a failure inside the proxy while it connected (its log says which)",
+        "look at the proxy's log for those connections"),
+    2: ("the proxy's rules do not let this client reach that address and port (Dante: no `socks pass` rule "
+        "for it; ssh -D: PermitOpen or AllowTcpForwarding on the server)",
+        "allow the engine's address and port in the proxy's rules"),
+    3: ("the proxy has no route to that network (another network, a firewall on its side)",
+        "give the engine's address as the proxy reaches it, or open the path from the proxy to it"),
+    4: ("the proxy cannot reach that host (down, another network, a firewall on its side)",
+        "give the engine's address as the proxy reaches it, or open the path from the proxy to it"),
+    5: ("nothing listens at that address and port as the proxy sees it: the engine's port, or an address "
+        "that means another machine from the proxy's side (127.0.0.1 is the proxy's own)",
+        "give the engine (or next hop) in the chain file by the address the proxy reaches it at"),
+}
+
+
+def _socks_refused(g: _Group) -> Words:
+    refusal = _socks_refusal(g)
+    if refusal is None or refusal.code is None:
+        return _connect_error(g)
+    likely, fix = _SOCKS_WHY.get(refusal.code, ("the proxy does not relay this kind of connection",
+                                                "look at the proxy's log for those connections"))  # fmt: skip
+    return (f"{g.where}, a SOCKS5 proxy, would not connect to {refusal.target}: reply {refusal.code} "
+            f"({REPLIES.get(refusal.code, 'unknown reply')})", likely, fix)
+
+
+def _socks_unresolved(g: _Group) -> Words:
+    refusal = _socks_refusal(g)
+    assert refusal is not None and refusal.code is not None
+    return (f"{g.where}, a SOCKS5 proxy given the name {refusal.target_host} to resolve (socks5h://), would not "
+            f"connect to {refusal.target}: reply {refusal.code} ({REPLIES[refusal.code]})",
+            f"the proxy cannot resolve {refusal.target_host} (a name only this machine knows: /etc/hosts, a "
+            "split or local DNS), or cannot reach the host it resolves to",
+            f"give the engine by an address the proxy reaches, or proxy = \"socks5://...\" to resolve "
+            f"{refusal.target_host} on this machine, or make the name known to the proxy's resolver")  # fmt: skip
+
+
+def _socks_auth(g: _Group) -> Words:
+    detail = g.details()[0] if g.details() else ""
+    return (f"{g.where}, a SOCKS5 proxy, refused the authentication" + (f": {_short(detail)}" if detail else ""),
+            "a wrong user or password, or the proxy wants another method (none, or user and password)",
+            "give the user and password in the hop's proxy URL, from the environment: "
+            "proxy = \"socks5://${USER}:${PASSWORD}@HOST:PORT\"")  # fmt: skip
+
+
+def _socks_cut(g: _Group) -> Words:
+    idle = [o.idle for o in g.obs if o.reused and o.idle is not None and o.headers is None]
+    if len(idle) == len(g.obs) and min(idle) >= 1.0:
+        return (f"requests sent on a connection relayed by {g.where} (a SOCKS5 proxy) after it was idle for "
+                f"{_span(idle)} were cut before any response",
+                f"the proxy's idle timeout on relayed connections ({_SOCKS_IDLE}) is shorter than the client's "
+                "pauses between turns: it closed the idle connection",
+                "raise that timeout above the longest pause between turns (timeout.io: 0 in Dante waits for ever)")  # fmt: skip
+    seen, _, _ = _reset(g)
+    mid = kind_of(Outcome.RESET, g.obs[0]) == "reset_mid_stream"
+    quiet = g.quiet()
+    wait, longest = ("gaps between tokens", "gap between tokens") if mid else ("prefill", "prefill")
+    ref = g.reference_gap() if mid else g.reference_ttft()
+    fact = f" (up to {_secs(ref)} on the direct route)" if ref is not None else ""
+    seen = seen.replace(g.where, f"{g.where} (a SOCKS5 proxy)", 1)
+    if quiet and min(quiet) >= QUIET_CUT:
+        return (seen, f"the proxy's idle timeout on relayed connections, about {_span(quiet)} ({_SOCKS_IDLE}, or "
+                      f"a NAT or firewall on its path), shorter than the engine's {wait}{fact}: a relayed "
+                      "connection that carries no byte that long is closed",
+                f"raise it above the longest {longest} (timeout.io: 0 in Dante waits for ever)")  # fmt: skip
+    if quiet and max(quiet) < QUIET_CUT:
+        return (seen, f"not an idle timeout (data came until {_span(quiet)} before the cut): the proxy restarted, "
+                      "a limit on its connections, or the path to it dropped the connection",
+                "look at the proxy's log for that time (Dante logs each session's end and why)")  # fmt: skip
+    return (seen, f"the proxy's idle timeout on relayed connections ({_SOCKS_IDLE}) shorter than the engine's "
+                  f"{wait}{fact}, or the proxy dropped the connection",
+            f"its log for that time says which; a timeout: raise it above the longest {longest}")  # fmt: skip
+
+
 def _words_of(kind: str) -> Callable[[_Group], Words]:
     if kind.startswith("engine_http_"):
         return _engine_error
@@ -841,4 +950,8 @@ _WORDS: dict[str, Callable[[_Group], Words]] = {
     "buffered": _buffered,
     "buffered_compressed": _buffered_compressed,
     Outcome.SLOW.value: _slow,
+    "socks_refused": _socks_refused,
+    "socks_unresolved": _socks_unresolved,
+    "socks_auth": _socks_auth,
+    "socks_cut": _socks_cut,
 }

@@ -134,6 +134,7 @@ class Localizer:
         differences: Sequence[str] = (),
         run: str = "",
         greedy: bool = False,
+        socks_hops: Iterable[str] = (),
     ) -> None:
         if not ladder or ladder[0] != DIRECT:
             raise ValueError("the ladder starts with the direct route")
@@ -151,6 +152,7 @@ class Localizer:
         self._floor: NoiseFloor | None = None
         self.run = run  # the run directory, named in the verdict
         self.greedy = greedy  # the replays asked for greedy decoding (`--greedy`): for the suggestions
+        self.socks_hops = frozenset(socks_hops)  # hops that are SOCKS5 proxies: their cuts get advice of their own
 
     # ---------------------------------------------------------------------------------- input
 
@@ -434,11 +436,12 @@ class Localizer:
             for j in sorted(self.judged(name), key=lambda j: (j.obs.repetition, j.obs.t_start)):
                 if self._failed(j) or j.degraded:
                     entries.append((hop, j))
-        advised = group_advice(entries, context, names)
+        advised = group_advice(entries, context, names, self.socks_hops)
         found = [
             Finding(
                 route=j.obs.route, repetition=j.obs.repetition, session=j.obs.session, turn=j.obs.turn,
-                outcome=j.outcome.value, detail=j.detail, advice=advised[advice_key(hop, j)].text, xid=j.obs.xid,
+                outcome=j.outcome.value, detail=j.detail, xid=j.obs.xid,
+                advice=advised[advice_key(hop, j, self.socks_hops)].text,
             )
             for hop, j in entries[:MAX_FINDINGS]
         ]  # fmt: skip

@@ -92,6 +92,11 @@ class Hop:
     def forward(self) -> bool:
         return self.proxy is not None
 
+    @property
+    def socks(self) -> bool:
+        """A forward hop that is a SOCKS5 proxy (`socks5://`, `socks5h://`), not an HTTP one."""
+        return is_socks(self.proxy)
+
 
 @dataclass(frozen=True, slots=True)
 class Route:
@@ -120,6 +125,19 @@ class Route:
     def shown_proxy(self) -> str | None:
         """The proxy URL as it may be shown: userinfo hidden."""
         return hide_userinfo(self.proxy) if self.proxy else None
+
+    @property
+    def socks(self) -> bool:
+        """The route's proxy is a SOCKS5 proxy: the client's connector, not its HTTP proxy support."""
+        return is_socks(self.proxy)
+
+
+SOCKS_SCHEMES = ("socks5", "socks5h")  # socks5h: the proxy resolves the target's name
+
+
+def is_socks(proxy: str | None) -> bool:
+    """`proxy` (a chain file's proxy URL) is a SOCKS5 proxy's."""
+    return proxy is not None and re.match(r"(?i)socks5h?://", proxy) is not None
 
 
 def supply_query(raw: str, supplied: Pairs, *, shown: bool = False) -> str:
@@ -163,6 +181,10 @@ class Chain:
                 raise ValueError(f"position {position} is not in the chain (0..{len(self.hops)})")
         low, high = sorted((outer, inner))
         return tuple(h.name for h in self.hops[low:high])
+
+    def socks_hops(self) -> frozenset[str]:
+        """The names of the hops that are SOCKS5 proxies (their failures get advice of their own)."""
+        return frozenset(h.name for h in self.hops if h.socks)
 
     def hop(self, name: str) -> Hop:
         for h in self.hops:
@@ -240,6 +262,12 @@ def doc_hops_by_route(chain_doc: Mapping[str, Any], routes: Sequence[str]) -> di
     """The hops each route passes, from a run's chain document (`Chain.to_doc`)."""
     names = _doc_hop_names(chain_doc)
     return {route: hops_of_route(names, route) for route in routes}
+
+
+def doc_socks_hops(chain_doc: Mapping[str, Any]) -> frozenset[str]:
+    """The hops that are SOCKS5 proxies, from a run's chain document (`Chain.to_doc`)."""
+    return frozenset(str(h.get("name")) for h in chain_doc.get("hops", [])
+                     if isinstance(h, Mapping) and isinstance(h.get("proxy"), str) and is_socks(h["proxy"]))  # fmt: skip
 
 
 def doc_ladder(chain_doc: Mapping[str, Any], routes: Sequence[str], where: str) -> list[str]:
@@ -394,7 +422,7 @@ class _Checker:
             self.fail(table, (), f"{what}: give exactly one of url (a reverse hop) or proxy (a forward hop)")
         url = self.url(raw["url"], table, "url", f"{what}: url", reverse=True) if "url" in raw else None
         url, url_auth = _split_userinfo(url) if url is not None else (None, None)
-        proxy = self.url(raw["proxy"], table, "proxy", f"{what}: proxy", reverse=False) if "proxy" in raw else None
+        proxy = self.proxy(raw["proxy"], table, f"{what}: proxy") if "proxy" in raw else None
         headers = self.headers(raw.get("headers", {}), table, what)
         query = self.query(raw.get("query", {}), table, what)
         verify = self.verify(raw.get("verify", True), table, what)
@@ -477,7 +505,8 @@ class _Checker:
             sent = [n.lower() for n, _ in route.headers]
             if sent.count("authorization") > 1:
                 self._refuse_userinfo(chain, route, "authorization")
-            if route.proxy and "@" in urlsplit(route.proxy).netloc and "proxy-authorization" in sent:
+            # A SOCKS proxy gets its user and password in its own handshake, never as a header.
+            if route.proxy and not route.socks and "@" in urlsplit(route.proxy).netloc and "proxy-authorization" in sent:
                 self._refuse_userinfo(chain, route, "proxy-authorization")
 
     def _refuse_userinfo(self, chain: Chain, route: Route, header: str) -> NoReturn:
@@ -504,16 +533,51 @@ class _Checker:
                                  f"{shown} header from {', '.join(given)}: give one or the other (userinfo is "
                                  f"sent as Basic {shown.lower()}, which would replace the header)")  # fmt: skip
 
-    def url(self, value: Any, table: tuple[str | int, ...], key: str, what: str, *, reverse: bool) -> str:
-        """An http(s) URL with a host and a valid port. `reverse`: requests go to it, with the
-        recorded path and query appended, so a query or fragment of its own would be lost."""
+    def proxy(self, value: Any, table: tuple[str | int, ...], what: str) -> str:
+        """A forward hop's proxy: an HTTP proxy's URL, or a SOCKS5 proxy's (`socks5://` or
+        `socks5h://`, with its port, nothing after it, and its user and password, if any, from
+        `${VAR}` as header values are: percent-encoded here, since the clients decode them)."""
+        schemes = ("http", "https") + SOCKS_SCHEMES
+        if not (isinstance(value, str) and is_socks(value) and "@" in value):
+            value = self.url(value, table, "proxy", what, reverse=False, schemes=schemes)
+            return value if not is_socks(value) else self._socks_parts(value, table, what)
+        scheme, _, rest = value.partition("://")
+        userinfo, _, address = rest.rpartition("@")
+        _, problem = self.expand(userinfo, header=False)
+        if problem:
+            self.fail(table, ("proxy",), f"{what}: {problem}")
+        # A variable's value may hold any character: encoded, so that it stays user or password.
+        userinfo = _VAR.sub(lambda m: quote(self.env[m.group(1)], safe=""), userinfo)
+        if any(len(unquote(part).encode()) > 255 for part in userinfo.split(":", 1)):  # RFC 1929: a byte of length
+            self.fail(table, ("proxy",), f"{what}: a SOCKS5 user or password is at most 255 bytes")
+        shown = f"{scheme}://***@{address}"
+        self.url(f"{scheme}://{address}", table, "proxy", what, reverse=False, schemes=schemes, shown=shown)
+        return self._socks_parts(f"{scheme}://{userinfo}@{address}", table, what)
+
+    def _socks_parts(self, value: str, table: tuple[str | int, ...], what: str) -> str:
+        """A SOCKS5 proxy URL names a proxy and nothing more: its port (there is no default the
+        clients agree on), no path, query or fragment."""
+        parts = urlsplit(value)
+        if parts.port is None:
+            self.fail(table, ("proxy",), f"{what} must give the SOCKS proxy's port ({parts.scheme}://HOST:PORT; "
+                                         f"got {_quote(hide_userinfo(value))})")  # fmt: skip
+        if parts.path not in ("", "/") or parts.query or parts.fragment or value.endswith(("?", "#")):
+            self.fail(table, ("proxy",), f"{what} must be {parts.scheme}://HOST:PORT with nothing after it "
+                                         f"(got {_quote(hide_userinfo(value))})")  # fmt: skip
+        return value
+
+    def url(self, value: Any, table: tuple[str | int, ...], key: str, what: str, *, reverse: bool,
+            schemes: tuple[str, ...] = ("http", "https"), shown: str | None = None) -> str:  # fmt: skip
+        """A URL of one of `schemes` with a host and a valid port. `reverse`: requests go to it,
+        with the recorded path and query appended, so a query or fragment of its own would be
+        lost. `shown`: how to show it (default: userinfo hidden)."""
 
         def bad(problem: str) -> NoReturn:
             self.fail(table, (key,), f"{what} {problem}")
 
         if not isinstance(value, str):
             bad("must be a URL string")
-        shown = _quote(hide_userinfo(value))
+        shown = _quote(shown or hide_userinfo(value))
         if any(c.isspace() or not c.isprintable() for c in value):
             bad(f"has whitespace or a control character in it ({shown})")
         try:
@@ -525,8 +589,9 @@ class _Checker:
             unparsed = ""
         if unparsed:
             bad(f"is not a valid URL: {shown} ({unparsed[:1].lower()}{unparsed[1:]})")
-        if parts.scheme not in ("http", "https") or not host:
-            bad(f"must be an http:// or https:// URL with a host (got {shown})")
+        if parts.scheme not in schemes or not host:
+            names = [f"{scheme}://" for scheme in schemes]
+            bad(f"must be an {', '.join(names[:-1])} or {names[-1]} URL with a host (got {shown})")
         if port == 0:
             bad(f"has a bad port in {shown} (give one from 1 to 65535, or none)")
         if not parts.netloc.rpartition("@")[2].startswith("[") and not all(c in _HOST_CHARS or c.isalnum() for c in host):

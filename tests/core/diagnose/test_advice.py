@@ -18,6 +18,7 @@ from proxycheck.core.diagnose.localize import Decided, Localizer
 from proxycheck.core.diagnose.verdict import PROXY, Judged
 from proxycheck.core.exchange.observation import Observation, ResultSummary
 from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.exchange.socks import auth_refused, refused
 from proxycheck.core.protocol.result import Event
 
 
@@ -506,3 +507,84 @@ def test_cuts_as_the_first_token_came_are_a_cap_checked_on_writes_not_a_read_tim
     # At one time (the same exchange twice): a read timeout of that time fits as well.
     c = one("nginx", before_first_token({(2, 1): 2.1, (2, 2): 2.1}, firsts))
     assert "a read timeout of about 2.1 s in the hop" in c.likely and "cap" not in c.likely
+
+
+# -- SOCKS5 hops -------------------------------------------------------------------------------
+
+
+def socks_refusal(code: int, target: str = "127.0.0.1:8000") -> Observation:
+    detail = f"ProxyError: {refused('127.0.0.1:1080', target, code)}"
+    return failed(Outcome.CONNECT_ERROR, "via:dante", status=None, headers=None, end=0.003, detail=detail)
+
+
+@pytest.mark.parametrize(("code", "said"), [
+    (2, "socks pass"), (5, "nothing listens at that address"), (4, "cannot reach that host"), (1, "its log"),
+])  # fmt: skip
+def test_a_socks_refusal_names_its_reply_and_the_setting_behind_it(code: int, said: str) -> None:
+    obs = socks_refusal(code)
+    assert kind_of(Outcome.CONNECT_ERROR, obs) == "socks_refused"
+    a = one("dante", [judged(obs, ok())])
+    assert f"hop dante, a SOCKS5 proxy, would not connect to 127.0.0.1:8000: reply {code}" in a.seen
+    assert said in a.likely + a.fix, a.text
+
+
+def test_a_name_the_proxy_could_not_have_is_said_as_likely_unresolved() -> None:
+    obs = socks_refusal(4, "engine.lan:8000")
+    assert kind_of(Outcome.CONNECT_ERROR, obs) == "socks_unresolved"
+    a = one("dante", [judged(obs, ok())])
+    assert "cannot resolve engine.lan" in a.likely and "or cannot reach the host" in a.likely, a.text
+    assert "socks5://" in a.fix
+
+
+def test_a_refused_connection_to_a_name_is_not_a_resolution_failure() -> None:
+    # Reply 5: the proxy did reach an address for the name, where nothing listened.
+    assert kind_of(Outcome.CONNECT_ERROR, socks_refusal(5, "engine.lan:8000")) == "socks_refused"
+
+
+def test_a_socks_authentication_refusal() -> None:
+    obs = failed(Outcome.CONNECT_ERROR, "via:dante", status=None, headers=None, end=0.003,
+                 detail=f"ProxyError: {auth_refused('127.0.0.1:1080', 'Invalid username/password')}")  # fmt: skip
+    assert kind_of(Outcome.CONNECT_ERROR, obs) == "socks_auth"
+    a = one("dante", [judged(obs, ok())])
+    assert "refused the authentication" in a.seen and "${USER}" in a.fix
+
+
+def test_a_proxy_that_is_not_running_gets_the_ordinary_connect_advice() -> None:
+    obs = failed(Outcome.CONNECT_ERROR, "via:dante", status=None, headers=None, end=0.003,
+                 detail="ConnectError: All connection attempts failed")  # fmt: skip
+    assert kind_of(Outcome.CONNECT_ERROR, obs, socks=True) == Outcome.CONNECT_ERROR.value
+
+
+def socks_cut(quiet: float, *, rep: int = 1) -> Judged:
+    events = content(1)
+    obs = failed(Outcome.RESET, "via:dante", rep=rep, turn=3, events=events, end=events[-1].t + quiet,
+                 detail="reset after 1 content event (1 with content)")  # fmt: skip
+    return judged(obs, ok(turn=3, rep=rep, gap=2.0, tokens=3))
+
+
+def test_a_socks_hop_cutting_a_silent_stream_is_its_idle_timeout() -> None:
+    cut = socks_cut(1.0)
+    assert kind_of(Outcome.RESET, cut.obs) == "reset_mid_stream"  # not known to be a SOCKS hop
+    assert kind_of(Outcome.RESET, cut.obs, socks=True) == "socks_cut"
+    (a,) = group([("dante", cut)], socks=frozenset({"dante"})).values()
+    assert a.kind == "socks_cut" and "hop dante (a SOCKS5 proxy) closed the connection mid-stream" in a.seen
+    assert "idle timeout on relayed connections, about 1.0 s" in a.likely and "Dante timeout.io" in a.likely
+    assert "(up to 2.0 s on the direct route)" in a.likely and "gap between tokens" in a.fix
+    assert "nginx" not in a.text and "HAProxy" not in a.text
+
+
+def test_a_socks_cut_right_after_data_is_not_called_an_idle_timeout() -> None:
+    (a,) = group([("dante", socks_cut(0.01))], socks=frozenset({"dante"})).values()
+    assert "not an idle timeout" in a.likely and "timeout.io" not in a.likely, a.text
+
+
+def test_a_cut_through_an_http_hop_keeps_its_own_advice() -> None:
+    (a,) = group([("edge", socks_cut(1.0))], socks=frozenset({"dante"})).values()
+    assert a.kind == "reset_mid_stream" and "nginx proxy_read_timeout" in a.likely and "SOCKS" not in a.text
+
+
+def test_a_relayed_connection_cut_while_idle_between_turns() -> None:
+    obs = failed(Outcome.RESET, "via:dante", turn=2, headers=None, end=0.002, reused=True, idle=4.0,
+                 detail="reset before the response headers")  # fmt: skip
+    (a,) = group([("dante", judged(obs, ok(turn=2)))], socks=frozenset({"dante"})).values()
+    assert "idle for 4.0 s" in a.seen and "pauses between turns" in a.likely and "Dante timeout.io" in a.likely

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxycheck.core.errors import BadInput
-from proxycheck.core.replay.chain import Chain, Hop, parse_chain
+from proxycheck.core.replay.chain import Chain, Hop, doc_socks_hops, parse_chain
 
 CHAIN = """
 engine = "http://127.0.0.1:30000"
@@ -331,3 +331,62 @@ def test_any_header_either_loads_sendable_or_is_bad_input_at_its_line(name: str,
     assert request.headers.raw[-1] == (name.encode(), value.encode("ascii"))
     h11.Request(method="POST", target="/", headers=[("Host", "e"), (name, value)])
     assert is_token(name) and name.lower() not in CLIENT_OWNED and is_clean_value(value)
+
+
+# -- SOCKS5 hops -------------------------------------------------------------------------------
+
+SOCKS_ENV = {"SOCKS_USER": "me", "SOCKS_PASS": "p@ss:w/rd"}
+
+
+def socks_chain(proxy: str, env: dict[str, str] = SOCKS_ENV) -> Chain:
+    return parse_chain(f'engine = "http://127.0.0.1:30000"\n[[hop]]\nname = "dante"\nproxy = "{proxy}"\n', env,
+                       "chain.toml")  # fmt: skip
+
+
+@pytest.mark.parametrize("scheme", ["socks5", "socks5h"])
+def test_a_socks_hop_is_a_forward_hop_to_the_engine(scheme: str) -> None:
+    chain = socks_chain(f"{scheme}://127.0.0.1:1080")
+    route = chain.route("via:dante")
+    assert (route.base_url, route.proxy, route.hops) == ("http://127.0.0.1:30000", f"{scheme}://127.0.0.1:1080", ("dante",))
+    assert route.socks and chain.hops[0].socks and chain.socks_hops() == frozenset({"dante"})
+    assert doc_socks_hops(chain.to_doc()) == frozenset({"dante"})  # what `diff` reads from run.json
+    assert not chain.route("direct").socks
+
+
+def test_an_http_proxy_is_no_socks_hop() -> None:
+    chain = socks_chain("http://127.0.0.1:3128")
+    assert not chain.route("via:dante").socks and chain.socks_hops() == frozenset()
+
+
+def test_socks_credentials_come_from_the_environment_encoded_and_are_never_shown() -> None:
+    chain = socks_chain("socks5h://${SOCKS_USER}:${SOCKS_PASS}@127.0.0.1:1080")
+    route = chain.route("via:dante")
+    assert route.proxy == "socks5h://me:p%40ss%3Aw%2Frd@127.0.0.1:1080"  # the clients decode it
+    assert route.shown_proxy == "socks5h://***@127.0.0.1:1080"
+    assert chain.to_doc()["hops"][0]["proxy"] == "socks5h://***@127.0.0.1:1080"
+    assert "p@ss" not in repr(chain.to_doc())
+    # A literal user and password stay as written (percent-encoding and all).
+    assert socks_chain("socks5://u:p%40x@h:1080").route("via:dante").proxy == "socks5://u:p%40x@h:1080"
+
+
+@pytest.mark.parametrize(("proxy", "env", "message"), [
+    ("socks5://127.0.0.1", SOCKS_ENV,
+     'chain.toml:4: hop "dante": proxy must give the SOCKS proxy\'s port (socks5://HOST:PORT; got "socks5://127.0.0.1")'),
+    ("socks4://127.0.0.1:1080", SOCKS_ENV,
+     'chain.toml:4: hop "dante": proxy must be an http://, https://, socks5:// or socks5h:// URL with a host '
+     '(got "socks4://127.0.0.1:1080")'),
+    ("socks5://h:1080/x", SOCKS_ENV,
+     'chain.toml:4: hop "dante": proxy must be socks5://HOST:PORT with nothing after it (got "socks5://h:1080/x")'),
+    ("socks5h://${NOPE}:x@h:1080", SOCKS_ENV, 'chain.toml:4: hop "dante": proxy: ${NOPE} is not set in the environment'),
+    ("socks5://u:${LONG}@h:1080", {"LONG": "x" * 256},
+     'chain.toml:4: hop "dante": proxy: a SOCKS5 user or password is at most 255 bytes'),
+    # The host is checked with the credentials taken out, and never shown with them.
+    ("socks5://u:${SOCKS_PASS}@:1080", SOCKS_ENV,
+     'chain.toml:4: hop "dante": proxy must be an http://, https://, socks5:// or socks5h:// URL with a host '
+     '(got "socks5://***@:1080")'),
+])  # fmt: skip
+def test_socks_proxy_mistakes_are_one_line(proxy: str, env: dict[str, str], message: str) -> None:
+    with pytest.raises(BadInput) as err:
+        socks_chain(proxy, env)
+    assert str(err.value) == message
+    assert "p@ss" not in str(err.value)
