@@ -62,7 +62,8 @@ def test_the_engine_samples_unless_asked_for_temperature_0_and_a_seed(world: Wor
     tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
     body = {"model": "m", "messages": [{"role": "user", "content": "fix it"}], "max_tokens": 12, "tools": tools}
     with httpx.Client(base_url=world.engine.url, timeout=10) as client:
-        sampled = [shape(client.post("/v1/chat/completions", json=body).json()) for _ in range(16)]
+        # 32 draws: half of them tool calls of one shape, so 16 could show as few as 4 shapes by chance.
+        sampled = [shape(client.post("/v1/chat/completions", json=body).json()) for _ in range(32)]
         greedy = {**body, "temperature": 0, "seed": 0}
         fixed = [shape(client.post("/v1/chat/completions", json=greedy).json()) for _ in range(4)]
     finishes = {s[0] for s in sampled}
