@@ -16,7 +16,9 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
 
 import pytest
 
@@ -111,6 +113,21 @@ def check(tmp: Path, recording: Path, chain: Path, *argv: str) -> tuple[int, dic
     argv = ("--chain", str(chain), "--out", str(out), "--json", str(verdict), *argv)
     status = cli.main(["check", str(recording), *argv])
     return status, json.loads(verdict.read_text())
+
+
+class Stoppable(Protocol):
+    def stop(self) -> Any: ...
+
+
+@contextmanager
+def processes() -> Iterator[list[Stoppable]]:
+    """What the test starts goes in the list; all of it is stopped at the end, also on failure."""
+    started: list[Stoppable] = []
+    try:
+        yield started
+    finally:
+        for proc in reversed(started):
+            proc.stop()
 
 
 def stop_all(procs: list[Managed]) -> None:

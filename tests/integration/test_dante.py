@@ -17,14 +17,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from common import RECORD, chain_file, check, record_through
+from common import RECORD, chain_file, check, processes, record_through
 from proxies import start_dante
 
 from proxycheck import cli
@@ -35,16 +33,6 @@ from proxycheck.io.runstore import load_run
 
 FAST = ("--pace", "fast", "--stall-timeout", "4")
 
-
-@contextmanager
-def processes() -> Iterator[list[Any]]:
-    """What the test starts goes in the list; all of it is stopped at the end, also on failure."""
-    started: list[Any] = []
-    try:
-        yield started
-    finally:
-        for proc in reversed(started):
-            proc.stop()
 
 
 def socks_url(proxy: Any, scheme: str = "socks5") -> str:

@@ -32,13 +32,11 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
-from common import chain_file, check, record_through
+from common import chain_file, check, processes, record_through
 from proxies import start_haproxy, start_nginx, start_squid
 
 from proxycheck import cli
@@ -65,19 +63,6 @@ NO_DELAY = "option http-no-delay"
 LOG_LINE = re.compile(r"haproxy-log (\S+) (\S+):(\d+) (-?\d+) rc=(-?\d+) ts=(\S+)")
 
 
-class Stoppable(Protocol):
-    def stop(self) -> Any: ...
-
-
-@contextmanager
-def processes() -> Iterator[list[Stoppable]]:
-    """What the test starts goes in the list; all of it is stopped at the end, also on failure."""
-    started: list[Stoppable] = []
-    try:
-        yield started
-    finally:
-        for proc in reversed(started):
-            proc.stop()
 
 
 def backend(engine: Any, *directives: str) -> str:
