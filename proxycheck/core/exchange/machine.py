@@ -412,7 +412,15 @@ class ExchangeMachine:
             return wd.headers_limit
         if watchdog is Watchdog.TOTAL:
             return wd.total
-        return wd.stall_limit
+        return self._stall_limit()
+
+    def _stall_limit(self) -> float:
+        """When a silence after the headers fails. Once the answer is over (its terminal marker or
+        finish reason came), the wait is for the body's end, which a healthy hop and engine give
+        at once: no client's patience is at stake, so the watchdog decides (`held_open`)."""
+        if self._reads_stream and self._tracker.answer_ended:
+            return self.watchdogs.stall
+        return self.watchdogs.stall_limit
 
     def _source(self, watchdog: Watchdog) -> str:
         """What a watchdog that fired stood for: the client's patience, or "" (a watchdog)."""
@@ -421,7 +429,7 @@ class ExchangeMachine:
             return wd.patience_from if wd.headers_limit > wd.headers else ""
         if watchdog is Watchdog.TOTAL:
             return ""
-        return wd.patience_from if wd.stall_limit > wd.stall else ""
+        return wd.patience_from if self._stall_limit() > wd.stall else ""
 
     def _next_wait(self) -> Wait | None:
         if self._phase in (_Phase.NEW, _Phase.ENDED):
@@ -430,7 +438,8 @@ class ExchangeMachine:
         if self._phase is _Phase.AWAITING_HEADERS:
             wait = Wait(Watchdog.HEADERS, self.start + wd.headers_limit)
         else:
-            wait = Wait(Watchdog.IDLE if self._progressed else Watchdog.FIRST_EVENT, self._last_progress + wd.stall_limit)
+            wait = Wait(Watchdog.IDLE if self._progressed else Watchdog.FIRST_EVENT,
+                        self._last_progress + self._stall_limit())
         total_at = self.start + wd.total if wd.total is not None else None
         if total_at is not None and self._source(wait.watchdog):
             # A silence past its watchdog is waited out to the patience, whatever the total; a

@@ -114,6 +114,11 @@ class StreamTracker:
                 log.append(Event(time, item.end - item.start, kind._value_))  # _value_: no enum property lookup
         return progress
 
+    @property
+    def answer_ended(self) -> bool:
+        """The answer is over: its terminal marker, or its finish reason, came."""
+        return self._terminal_at is not None or self._finish_at is not None
+
     def analysis(self) -> ResponseAnalysis:
         times = self._content_times
         return ResponseAnalysis(

@@ -94,3 +94,16 @@ def test_a_stated_watchdog_is_its_phases_limit_and_without_patience_nothing_chan
 def test_without_a_silence_past_a_watchdog_a_patient_answer_is_ok() -> None:
     x = Exchange(watchdogs=PATIENT).connect().headers().data(CHAT_EVENTS, gap=0.3)
     assert x.close().outcome is Outcome.OK
+
+
+def test_after_the_answer_a_silence_is_a_held_open_body_at_the_watchdog_not_the_patience() -> None:
+    # [DONE] came, the body never ends: no client's patience is at stake (the SDKs stop at [DONE],
+    # a client reading to the end hangs whatever it waits), so the watchdog decides at once.
+    x = Exchange(watchdogs=PATIENT).connect().headers().data(CHAT_EVENTS)
+    assert x.wait is not None and x.wait.at <= x.t + 2.0  # 2 s from the last progress, not 20
+    ending = x.expire()
+    assert ending.outcome is Outcome.HELD_OPEN and "patience" not in ending.detail
+    # A finish reason without its terminator: the same.
+    y = Exchange(watchdogs=PATIENT).connect().headers().data([chat_chunk("hi"), chat_chunk(finish="stop")])
+    assert y.wait is not None and y.wait.at <= y.t + 2.0
+    assert y.expire().outcome is Outcome.HELD_OPEN
