@@ -309,7 +309,7 @@ class _Group:
         quiet = self.quiet()
         if max(quiet) >= QUIET_CUT or _one_moment(obs):
             return None
-        if any(r is None or r.outcome is not Outcome.OK or r.end is None for r in refs):
+        if any(r is None or not r.outcome.answered or r.end is None for r in refs):
             return None  # what the direct route does with these exchanges is not known
         for after in ("the request", "the response headers"):
             times = [_lasted(o, after) for o in obs]
@@ -334,7 +334,7 @@ class _Group:
         obs, refs = self.obs, [i.reference for i in self.items]
         if len(obs) < 2 or any(o.end is None or o.headers is None or o.content_events for o in obs):
             return None
-        firsts = [r.first_content if r is not None and r.outcome is Outcome.OK else None for r in refs]
+        firsts = [r.first_content if r is not None and r.outcome.answered else None for r in refs]
         if any(t is None for t in firsts):
             return None
         cuts = [o.end or 0.0 for o in obs]
