@@ -10,6 +10,9 @@ that carried no byte in either direction for 1 s, to the millisecond, both sides
 stream with a longer gap between tokens is cut mid-way (the chunked body never ends: `reset`).
 A CONNECT it may not relay (a `socks block` rule) gets reply 2, one to a port where nothing
 listens reply 5, and a name it cannot resolve (`socks5h://`) reply 4 (host unreachable).
+`timeout.io` is enforced only while the i/o process is otherwise quiet: a stream with a 3 s gap
+beside another that streams a token every 0.3 s through the same Dante is not cut (two silent
+ones both are, at 1 s).
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ def test_healthy_through_dante_with_both_client_stacks_and_bench(tmp_path: Path)
         assert f"127.0.0.1.{engine.port}" in dante.log("danted.log")
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 def test_dante_idle_timeout_cuts_a_stream_at_its_first_long_gap(tmp_path: Path) -> None:
     # Turns 1 and 2 stream tokens 20 ms apart, turn 3 1.5 s apart: Dante (timeout.io 1 s) cuts turn
     # 3 after its first token; direct streams it whole.
@@ -135,6 +138,28 @@ def test_dante_idle_timeout_cuts_a_stream_at_its_first_long_gap(tmp_path: Path) 
         assert "gap between tokens" in advice and "nginx" not in advice, advice
         (kind,) = {a["kind"] for a in doc["advice"] if a["hop"] == "dante"}
         assert kind == "socks_cut"
+
+        # minimize routes through the SOCKS hop too: the cut turn alone is what breaks it.
+        out = tmp_path / "min"
+        status = cli.main(["minimize", str(recording), "--chain", str(chain), "--route", "via:dante", "--out",
+                           str(out), "--budget", "30", *FAST])  # fmt: skip
+        assert status == 0
+        minimized = json.loads((out / "minimized.json").read_text())
+        assert minimized["turns"] == {"before": 3, "after": 1} and minimized["trigger"]["turn"] == 3, minimized
+        # So does probe: its streams go through Dante (its log names each relayed connection). Its
+        # gap trials run several at once, and Dante does not enforce timeout.io while another
+        # connection of its i/o process carries traffic (module docstring), so what it finds is
+        # not asserted here.
+        sessions = dante.log("danted.log").count("Session duration")
+        status = cli.main(["probe", "--chain", str(chain), "--probe", "gap", "--max-gap", "2", "--timeout", "2",
+                           "--json", str(tmp_path / "probe.json")])  # fmt: skip
+        assert status in (0, 1)
+        results = json.loads((tmp_path / "probe.json").read_text())["results"]
+        assert {(r["route"], r["probe"]) for r in results} == {("direct", "gap"), ("via:dante", "gap")}
+        deadline = time.monotonic() + 5
+        while dante.log("danted.log").count("Session duration") <= sessions and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert dante.log("danted.log").count("Session duration") > sessions
 
 
 @pytest.mark.timeout(60)
