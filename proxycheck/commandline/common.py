@@ -86,7 +86,7 @@ def parse_listen(text: str) -> tuple[str, int]:
 def load_sessions(directory: str) -> list[PlannedSession]:
     """The recording's sessions as a replay sends them, its warnings shown (bad input: BadInput)."""
     loaded = open_recording(directory)
-    print_warnings(loaded.warnings)
+    print_warnings(loaded.warnings + loaded.left_out)
     return loaded.planned
 
 

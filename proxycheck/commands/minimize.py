@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     chain = load_chain(args.chain)
     check_tls([chain.route(name) for name in chain.ladder()] if args.route is None else [chain.route(args.route)])
     loaded = open_recording(args.directory)  # opened once: planned here, its candidates built from it
-    print_warnings(loaded.warnings)
+    print_warnings(loaded.warnings + loaded.left_out)
     sessions = loaded.planned
     watchdogs = watchdogs_of(args, sessions)
     budget = Budget(replays=args.budget, seconds=args.time, start=time.monotonic())

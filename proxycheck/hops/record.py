@@ -47,6 +47,10 @@ How each requirement maps onto mitmproxy's hooks (checked in
   final end-of-message call. A callable another addon set first is composed with, not replaced:
   the tee records what that callable returns, which is what the client gets. Other responses
   are buffered by mitmproxy as usual and recorded whole in `response`.
+* WebSocket sessions (`websocket_message`, `websocket_end`, `proxycheck.hops.record_ws`): an
+  upgrade mitmproxy agreed to is not ended by `response` but by its socket's end; every whole
+  message is journaled as it passes (a client message's credentials redacted), then how the
+  socket ended (a close frame, or a cut).
 * Requests that mitmproxy streams (`requestheaders`, only under `stream_large_bodies`): a
   request tee collects the body as it passes, since mitmproxy keeps no streamed bytes.
 * Ends (`response`, `error`): `response` runs once the upstream body has ended (for a streamed
@@ -106,6 +110,7 @@ from proxycheck.core.recording.journal import POINT_NAME, point_name_problem
 from proxycheck.core.recording.redact import RedactionPolicy
 from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
 from proxycheck.core.replay.marker import REPLAY_HEADER
+from proxycheck.hops import record_ws
 from proxycheck.io.storage import RecordingWriter, check_appendable
 
 __all__ = ["REPLAY_HEADER", "Recorder", "RecorderConfig", "addons", "listen_point", "parse_config"]
@@ -468,6 +473,12 @@ class Recorder:
     def error(self, flow: http.HTTPFlow) -> None:
         self._guarded(flow, "error", self._on_error)
 
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        self._guarded(flow, "websocket_message", self._on_websocket_message)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self._guarded(flow, "websocket_end", self._on_websocket_end)
+
     def server_disconnected(self, data: ServerConnectionHookData) -> None:
         self._book.forget(data.server.id)
 
@@ -729,6 +740,8 @@ class Recorder:
         capture = self._live(flow)
         if capture is None:
             return
+        if flow.websocket is not None:
+            return  # an upgrade agreed to: the socket's end ends the exchange (`record_ws`)
         writer = capture.writer
         if capture.streamed:
             if response.stream is not capture.tee:
@@ -742,6 +755,18 @@ class Recorder:
             writer.data(capture.xid, response.raw_content or b"", t=end)
             writer.end(capture.xid, t=end)
         capture.stopped = True  # kept (weakly, with its flow) so that a late failure finds it
+
+    def _on_websocket_message(self, flow: http.HTTPFlow) -> None:
+        capture = self._live(flow)
+        if capture is not None:
+            record_ws.write_message(capture.writer, capture.xid, flow, _offset)
+
+    def _on_websocket_end(self, flow: http.HTTPFlow) -> None:
+        capture = self._live(flow)
+        if capture is None:
+            return
+        record_ws.write_end(capture.writer, capture.xid, flow, _offset)
+        capture.stopped = True
 
     def _tee_lost(self) -> None:
         self._warn_once(

@@ -35,6 +35,7 @@ from proxycheck import __version__
 from proxycheck.core.errors import BadInput, StorageError
 from proxycheck.core.recording import bodies
 from proxycheck.core.recording import journal as fmt
+from proxycheck.core.recording import websocket
 from proxycheck.core.recording.journal import RecordedExchange, RecordingWarning
 from proxycheck.core.recording.redact import RedactionPolicy, redact_body, redact_headers, redact_url
 from proxycheck.io.jsonl import atomic_write, ensure_line_end, open_append, read_json_file, read_records
@@ -267,6 +268,19 @@ class RecordingWriter:
 
     def end(self, xid: int, t: float | None = None) -> None:
         self._finish(xid, lambda at: fmt.end_record(xid, at), t)
+
+    def ws_message(self, xid: int, data: bytes, *, from_client: bool, text: bool = True, t: float | None = None) -> None:
+        """Journal one whole WebSocket message of exchange `xid` (its upgrade). A client's JSON
+        message has its credentials redacted as a request body's are (every other byte kept)."""
+        if from_client and text:
+            data, _ = redact_body(data, self.policy)
+        with self._lock:
+            self._append(fmt.dumps(websocket.message_record(xid, self.now() if t is None else t, from_client, data, text)))
+
+    def ws_close(self, xid: int, by: str | None, code: int | None, reason: str = "", t: float | None = None) -> None:
+        """Journal how the socket of exchange `xid` ended (`by` None: no close frame came)."""
+        with self._lock:
+            self._append(fmt.dumps(websocket.close_record(xid, self.now() if t is None else t, by, code, reason)))
 
     def error(self, xid: int, message: str, t: float | None = None, conn: dict[str, Any] | None = None) -> None:
         """The exchange failed. `conn` adds connection facts learned late: a request that never

@@ -22,6 +22,10 @@ Journal records (`k` is the kind; `x` the exchange number; `t` seconds since `st
     {"k":"end","x":N,"t":T}                      the response completed
     {"k":"error","x":N,"t":T,"msg":..}           the exchange failed (reset, timeout ...)
     {"k":"close","t":T,"reason":..,"inflight":[N,..]}  the recorder stopped
+    {"k":"ws","x":N,"t":T,"c":true,"v":TEXT}     a WebSocket message of exchange N (its upgrade),
+                                                  `c` true from the client ("b64" for binary)
+    {"k":"wsclose","x":N,"t":T,"by":..,"code":..,"reason":..}  how its socket ended
+                                                  (`proxycheck.core.recording.websocket`)
 
 An exchange with a `req` and neither `end` nor `error` is *in flight*: the evidence of a wedge,
 unless the writer could no longer write while it ran: then recording.json lists it under
@@ -58,6 +62,7 @@ from urllib.parse import urlsplit
 from proxycheck.core.errors import BadInput
 from proxycheck.core.recording.bodies import Body, decode_body, is_text, piece_id
 from proxycheck.core.recording.redact import REDACTED, Headers, HeaderValue
+from proxycheck.core.recording.websocket import WsClose, WsMessage, decode_close, decode_message, is_upgrade
 
 FORMAT = 1
 KIND = "proxycheck.recording"
@@ -340,6 +345,15 @@ class RecordedExchange:
     # A damaged journal line that may have held one of its records (its data, its end): what the
     # loaded exchange lacks may be that line, not the traffic. None when no such line.
     lost_line: str | None = None
+    # A WebSocket upgrade that was agreed to: the socket's messages both ways, in order, and how
+    # it ended (None while it had not: in flight, or the recorder stopped first).
+    ws: tuple[WsMessage, ...] = ()
+    ws_close: WsClose | None = None
+
+    @property
+    def websocket(self) -> bool:
+        """A WebSocket session: its upgrade was agreed to (101), or it has messages."""
+        return bool(self.ws) or self.ws_close is not None or (self.status == 101 and is_upgrade(self.response_headers))
 
     @property
     def finished(self) -> bool:
@@ -404,13 +418,14 @@ class RecordingWarning:
 class _Building:
     """Mutable state of one exchange while its records are replayed; `where` is its request's line."""
 
-    __slots__ = ("fields", "data", "chunks", "where")
+    __slots__ = ("fields", "data", "chunks", "where", "ws")
 
     def __init__(self, fields: dict[str, Any], where: str = "") -> None:
         self.fields = fields
         self.data: list[bytes] = []
         self.chunks: list[tuple[float, int]] = []
         self.where = where
+        self.ws: list[WsMessage] = []
 
 
 class _Dropped(Exception):
@@ -593,6 +608,13 @@ class RecordingBuilder:
         b.fields["error"] = msg or "error"
         self._merge_conn(b, rec)
 
+    def _ws(self, rec: dict[str, Any]) -> None:
+        b = self._exchange(rec)
+        b.ws.append(decode_message(rec, _float(rec, "t")))
+
+    def _wsclose(self, rec: dict[str, Any]) -> None:
+        self._exchange(rec).fields["ws_close"] = decode_close(rec, _float(rec, "t"))
+
     def _close(self, rec: dict[str, Any]) -> None:
         inflight = rec.get("inflight") or []
         if not isinstance(inflight, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in inflight):
@@ -714,6 +736,7 @@ def _built(b: _Building, fields: dict[str, Any] | None = None) -> RecordedExchan
     fields = dict(b.fields if fields is None else fields)
     fields["chunks"] = tuple(b.chunks)
     fields["response_body"] = b"".join(b.data)
+    fields["ws"] = tuple(b.ws)
     return RecordedExchange(**fields)
 
 
@@ -725,6 +748,8 @@ _HANDLERS: dict[str, Callable[[RecordingBuilder, dict[str, Any]], None]] = {
     "end": RecordingBuilder._end,
     "error": RecordingBuilder._error,
     "close": RecordingBuilder._close,
+    "ws": RecordingBuilder._ws,
+    "wsclose": RecordingBuilder._wsclose,
 }
 
 

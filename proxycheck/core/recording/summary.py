@@ -29,6 +29,7 @@ from proxycheck.core.protocol import dialects
 from proxycheck.core.protocol.analysis import ResponseAnalysis, analyze_body, analyze_stream
 from proxycheck.core.protocol.encoding import decode_body, decode_chunks
 from proxycheck.core.recording.journal import NOT_RECORDED_PREFIX, RecordedExchange
+from proxycheck.core.recording import websocket
 from proxycheck.core.recording.redact import REDACTED
 from proxycheck.core.recording.sessions import (
     DEFAULT_SESSION_FIELDS,
@@ -212,6 +213,8 @@ class ExchangeAnalysis:
 
 def analyze(ex: RecordedExchange) -> ExchangeAnalysis:
     """The analysis of one exchange (its response parsed once)."""
+    if ex.websocket:
+        return _analyze_socket(ex)
     dialect = dialect_of(ex)
     analysis = analyze_exchange(ex, dialect)
     if ex.not_recorded is not None and not ex.finished:
@@ -233,6 +236,51 @@ def analyze(ex: RecordedExchange) -> ExchangeAnalysis:
             classified = Classified(Outcome.NOT_RECORDED, f"{NOT_RECORDED_PREFIX}{ex.lost_line}; as loaded: "
                                                           f"{classified.outcome}, {classified.detail}")  # fmt: skip
     return ExchangeAnalysis(dialect, is_streamed(ex), analysis, classified, ended_at(ex))
+
+
+WS_DIALECT = "openai_responses"  # the Responses API's WebSocket mode: the events its SSE stream carries
+
+
+def _analyze_socket(ex: RecordedExchange) -> ExchangeAnalysis:
+    """A WebSocket session (`proxycheck.core.recording.websocket`), judged turn by turn by the
+    rules every recorded stream is judged by: each turn's answer read as the SSE stream that
+    carries the same events; a turn the socket ended before its terminal event ended as the
+    socket did (its cut, or its close frame, as the error). The socket's outcome is its first
+    failing turn's, said with the turn; a socket the server (or a cut) ended between turns, while
+    the client had not closed it, is a `reset` between turns. Its analysis is that turn's."""
+    found = websocket.turns(ex.ws)
+    close = ex.ws_close
+    ended = close.t if close is not None else (ex.t_error if ex.error is not None else ex.t_end)
+    how = close.describe() if close is not None else (ex.error or "")
+    last: ResponseAnalysis | None = None
+    for turn in found:
+        chunks = websocket.as_sse(turn.answer)
+        end = turn.t_end if turn.t_end is not None else ended
+        analysis = analyze_stream(WS_DIALECT, chunks, end)
+        last = analysis
+        if turn.terminal is not None:
+            classified = classify_recorded(finished=True, error=None, interrupted=False, status=200, analysis=analysis,
+                                           ended_at=end)  # fmt: skip
+        else:
+            finished = ex.finished or close is not None
+            words = ex.error if ex.error is not None else (how or None)
+            classified = classify_recorded(finished=finished, error=words if finished else None,
+                                           interrupted=ex.interrupted, status=200, analysis=analysis, ended_at=end)  # fmt: skip
+        if classified.outcome is not Outcome.OK:
+            said = Classified(classified.outcome, f"WebSocket turn {turn.index} of {len(found)}: {classified.detail}")
+            return ExchangeAnalysis(WS_DIALECT, True, analysis, said, end)
+    count = f"WebSocket: {len(found)} turn(s)"
+    if not ex.finished and close is None:
+        # Every turn answered and none in flight: an open socket between turns is no wedge.
+        open_ = f"{count}; the socket was still open when the recording ended"
+        kind = Outcome.NOT_RECORDED if ex.not_recorded is not None else Outcome.OK
+        return ExchangeAnalysis(WS_DIALECT, True, last, Classified(kind, open_), ended)
+    if close is not None and close.by != "client":
+        idle = close.t - (found[-1].t_end or found[-1].t_request) if found else close.t - ex.t_request
+        state = Classified(Outcome.RESET, f"{count}; between turns the socket was {close.describe()}, "
+                                          f"{max(idle, 0.0):.1f} s after the last turn ended")  # fmt: skip
+        return ExchangeAnalysis(WS_DIALECT, True, last, state, ended)
+    return ExchangeAnalysis(WS_DIALECT, True, last, Classified(Outcome.OK, f"{count}; {how}" if how else count), ended)
 
 
 class SessionSummarizer:

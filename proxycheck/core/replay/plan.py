@@ -42,6 +42,7 @@ from proxycheck.core.recording.bodies import join_body, prefix_digests
 from proxycheck.core.recording.journal import RecordedExchange
 from proxycheck.core.recording.redact import Headers, Redacted
 from proxycheck.core.recording.sessions import SessionName, think_time
+from proxycheck.core.recording.websocket import is_upgrade
 from proxycheck.core.replay.patience import RecordedClient, client_patience, stated_timeout
 from proxycheck.core.recording.summary import (
     ExchangeAnalysis,
@@ -235,7 +236,9 @@ def plan_sessions(
     """The sessions to replay (from `summarize_sessions` on the same exchanges), in recorded start order.
 
     Exchanges that are not LLM requests (dialect None: model lists, health checks, embeddings)
-    are skipped unless `include_non_llm`; a session left without turns is dropped. BadInput when
+    are skipped unless `include_non_llm`, and so are WebSocket sessions (`is_websocket_session`:
+    a replay does not carry them yet, and sending their upgrade as a plain HTTP request would
+    judge a transport the client never used); a session left without turns is dropped. BadInput when
     a joined body does not match its recorded digest (a damaged piece would otherwise be sent
     silently); ValueError when a session names an exchange that is not in `recording_exchanges`.
 
@@ -255,6 +258,8 @@ def plan_sessions(
                 raise ValueError(f"session {summary.id} names exchange {ts.xid}, which is not in the recording")
             if ts.dialect is None and not include_non_llm:
                 continue
+            if is_websocket_session(ex):
+                continue  # not replayed over HTTP: a WebSocket session goes over its own transport
             planned = _plan_turn(summary.id, ts, ex, resolve, prev, origin)
             turns.append(planned)
             prev = (planned, ex)
@@ -264,6 +269,20 @@ def plan_sessions(
                                       summary.label or summary.id, summary.key))  # fmt: skip
     out.sort(key=lambda s: (s.start, s.turns[0].xid))
     return out
+
+
+def is_websocket_session(ex: RecordedExchange) -> bool:
+    """A WebSocket session, agreed to or refused (its request asked for the upgrade)."""
+    return ex.websocket or is_upgrade(ex.request_headers)
+
+
+def websocket_left_out(exchanges: Sequence[RecordedExchange]) -> str | None:
+    """The warning a replay gives when the recording holds WebSocket sessions, which it leaves out."""
+    count = sum(1 for x in exchanges if is_websocket_session(x))
+    if not count:
+        return None
+    return (f"{count} WebSocket session(s) (the Responses API's WebSocket mode) are left out: replay, check and bench "
+            "do not send WebSocket sessions yet; `proxycheck sessions` lists them")
 
 
 def _plan_turn(
