@@ -56,14 +56,14 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
-from aiohttp import web
+from aiohttp import WSCloseCode, WSMsgType, web
 from multidict import CIMultiDict
 
 from proxycheck.core.protocol import requestparts
 from proxycheck.core.recording.sessions import turn_number
-from proxycheck.core.testbed import synth, wire
+from proxycheck.core.testbed import responses_socket, synth, wire
 from proxycheck.core.testbed.faultspec import ActiveFaults, FaultSpec, active_faults
 from proxycheck.core.testbed.promptcache import NO_CACHE, CacheUse, PromptCache
 from proxycheck.core.testbed.recorded_answers import COMPLETE, HOLD, Match, NoMatch, ReplayMatcher, ReplayPlan, plan_replay
@@ -112,6 +112,27 @@ class _Closed(Exception):
     """The client went away while we were writing: nothing more to do for this request."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """A generation request, planned (`Engine._turn`)."""
+
+    digest: dict[str, str]  # the headers saying what was received (a fresh dict)
+    request: dict[str, Any]  # as received (a WebSocket message: its create body)
+    faults: ActiveFaults
+    plan: synth.Plan
+    encoded: wire.Wire
+
+
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A generation request answered with an error (`Engine._turn`)."""
+
+    digest: dict[str, str]
+    status: int
+    message: str
+    api_error: dict[str, Any] | None = None  # the API's own error body, when it has one
+
+
 class Engine:
     """The request handlers, bound to one configuration."""
 
@@ -127,6 +148,7 @@ class Engine:
         self.responses = ResponseStore()  # the Responses API's stored answers (previous_response_id)
         # Set when the server stops, so held (wedged) replays let go instead of delaying it.
         self.stopping = asyncio.Event()
+        self._sockets: set[web.WebSocketResponse] = set()  # open Responses WebSockets
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1 << 30)
@@ -137,6 +159,8 @@ class Engine:
             for path, dialect in ROUTES.items():
                 app.router.add_post(path, self._generation(dialect))
             app.router.add_post("/v1/messages/count_tokens", self.count_tokens)
+            app.router.add_get("/v1/responses", self.responses_socket)
+            app.on_shutdown.append(self.close_sockets)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         return app
@@ -170,45 +194,20 @@ class Engine:
     async def generate(self, dialect: str, request: web.Request) -> web.StreamResponse:
         start = time.monotonic()
         body = await request.read()
-        self.requests += 1
         is_json, req = requestparts.parse(body)
-        digest, parts = self._describe(body, is_json, req)
-        if not is_json:
-            return _error(400, "the request body is not JSON", digest)
-        if not isinstance(req, dict):
-            return _error(400, "the request body is not a JSON object", digest)
-        if parts is None:
-            return _error(400, "the request body is nested too deeply", digest)
-        try:
-            synth.timing_extension(req)  # checked before planning, so a bad one is a 400, not a 500
-        except ValueError as exc:
-            return _error(400, str(exc), digest)
-        conversation: dict[str, Any] = req
-        if dialect == "openai_responses":
-            try:
-                conversation = dict(self.responses.expand(req))
-            except UnknownResponse as exc:
-                return web.json_response(exc.error_body(), status=400, headers=digest)
-            turn = 1 + synth.assistant_turns(synth.conversation_of(dialect, conversation))
-        else:
-            turn = turn_number(req)
-        digest[TURN_HEADER] = str(turn)
-        faults = active_faults(self.config.faults, turn=turn, draw=synth.seed_of(body, self.config.seed + self.requests))
-        draw = _SAMPLING.getrandbits(64) if self.config.sampling and synth.samples(dialect, req) else None
-        plan, encoded = self._answer(dialect, conversation, body, digest[SHA_HEADER], parts, draw)
-        if self.config.jitter:
-            # Timing varies between identical requests, as a real engine's does (the content
-            # does not): what a noise floor must absorb.
-            j = self.config.jitter
-            plan = replace(plan, ttft=plan.ttft * _JITTER.uniform(1 - j, 1 + j),
-                           interval=plan.interval * _JITTER.uniform(1 - j, 1 + j))  # fmt: skip
-
+        turn = self._turn(dialect, body, is_json, req)
+        digest = turn.digest
+        if isinstance(turn, _Refused):
+            if turn.api_error is not None:
+                return web.json_response(turn.api_error, status=turn.status, headers=digest)
+            return _error(turn.status, turn.message, digest)
+        faults, plan, encoded = turn.faults, turn.plan, turn.encoded
         if faults.delay_headers:
             await asyncio.sleep(faults.delay_headers)
         if faults.status:
             return _error(faults.status, f"injected fault: status {faults.status}", digest)
         if dialect == "openai_responses":
-            self.responses.remember(wire.responses_ids(plan)[0], req, wire.responses_output(plan))
+            self._remember(turn, self.responses)
 
         if req.get("stream") is not True:
             await _sleep_until(start + plan.ttft + plan.interval * max(encoded.steps - 1, 0))
@@ -222,6 +221,50 @@ class Engine:
         except _Closed:
             return resp
         return resp
+
+    def _turn(self, dialect: str, body: bytes, is_json: bool, req: Any,
+              memory: ResponseStore | None = None, create: dict[str, Any] | None = None) -> _Turn | _Refused:
+        """One generation request planned: its digest headers, faults, plan and bytes, or why it
+        is refused. `memory`: where a Responses request's `previous_response_id` is looked up
+        (the engine's store by default; a WebSocket's memory); `create`: the Responses create
+        body of a WebSocket message `req` (what is planned on)."""
+        self.requests += 1
+        digest, parts = self._describe(body, is_json, req)
+        if not is_json:
+            return _Refused(digest, 400, "the request body is not JSON")
+        if not isinstance(req, dict):
+            return _Refused(digest, 400, "the request body is not a JSON object")
+        if parts is None:
+            return _Refused(digest, 400, "the request body is nested too deeply")
+        asked: dict[str, Any] = req if create is None else create
+        try:
+            synth.timing_extension(asked)  # checked before planning, so a bad one is a 400, not a 500
+        except ValueError as exc:
+            return _Refused(digest, 400, str(exc))
+        conversation: dict[str, Any] = asked
+        if dialect == "openai_responses":
+            try:
+                conversation = dict((memory or self.responses).expand(asked))
+            except UnknownResponse as exc:
+                return _Refused(digest, 400, str(exc), exc.error_body())
+            turn = 1 + synth.assistant_turns(synth.conversation_of(dialect, conversation))
+        else:
+            turn = turn_number(asked)
+        digest[TURN_HEADER] = str(turn)
+        faults = active_faults(self.config.faults, turn=turn, draw=synth.seed_of(body, self.config.seed + self.requests))
+        draw = _SAMPLING.getrandbits(64) if self.config.sampling and synth.samples(dialect, asked) else None
+        plan, encoded = self._answer(dialect, conversation, body, digest[SHA_HEADER], parts, draw)
+        if self.config.jitter:
+            # Timing varies between identical requests, as a real engine's does (the content
+            # does not): what a noise floor must absorb.
+            j = self.config.jitter
+            plan = replace(plan, ttft=plan.ttft * _JITTER.uniform(1 - j, 1 + j),
+                           interval=plan.interval * _JITTER.uniform(1 - j, 1 + j))  # fmt: skip
+        return _Turn(digest, asked, faults, plan, encoded)
+
+    def _remember(self, turn: _Turn, store: ResponseStore) -> None:
+        """Keep a Responses answer for `previous_response_id` (`store` decides what it keeps)."""
+        store.remember(wire.responses_ids(turn.plan)[0], turn.request, wire.responses_output(turn.plan))
 
     def _describe(self, body: bytes, is_json: bool, doc: Any) -> tuple[dict[str, str], requestparts.Parts | None]:
         """The headers describing the body as received (a fresh dict: the caller adds to it) and
@@ -261,35 +304,24 @@ class Engine:
         return cached
 
     async def _stream(self, request: web.Request, resp: web.StreamResponse, encoded: wire.Wire,
-                      plan: synth.Plan, start: float, faults: Any) -> None:
+                      plan: synth.Plan, start: float, faults: ActiveFaults) -> None:
         events = encoded.events
         if faults.drop_terminal:
             events = events[:-1]  # every dialect's encoder ends with its terminal marker
-        limit = len(events)
-        for k in (faults.stall_after, faults.close_after):
-            if k is not None:
-                limit = min(limit, k)
-        first_due = start + plan.ttft
-        pause_at = faults.pause_after if faults.pause_after is not None else limit
 
-        def due(i: int) -> float:  # events from the pause on come its seconds later
-            return first_due + plan.interval * events[i][0] + (faults.pause_seconds if i >= pause_at else 0.0)
+        async def write(batch: Sequence[bytes]) -> None:
+            await _write(resp, batch[0] if len(batch) == 1 else b"".join(batch))
 
-        sent = 0
-        while sent < limit:
-            await _sleep_until(due(sent))
-            # Everything already due goes out in one write, as a socket buffer would carry it when
-            # the server runs behind: the same bytes, far fewer system calls under load.
-            now = time.monotonic()
-            end = sent + 1
-            while end < limit and due(end) <= now:
-                end += 1
-            data = events[sent][1] if end == sent + 1 else b"".join(e for _, e in events[sent:end])
-            try:
-                await resp.write(data)
-            except (ConnectionError, RuntimeError) as exc:
-                raise _Closed from exc
-            sent = end
+        sent = await _emit(events, plan, start, faults, (faults.stall_after, faults.close_after), write)
+        await self._fault_ending(request, faults, sent, len(events))
+        try:
+            await resp.write_eof()
+        except (ConnectionError, RuntimeError) as exc:
+            raise _Closed from exc
+
+    async def _fault_ending(self, request: web.Request, faults: ActiveFaults, sent: int, total: int) -> None:
+        """After `sent` of an answer's `total` events: a stall holds the connection open and
+        silent, then drops it; a close drops it. _Closed when either did."""
         if faults.stall_after is not None and sent >= faults.stall_after:
             # Hold the connection open and silent: the client sees a wedge, not an end.
             await self._hold(request, faults.stall_seconds)
@@ -297,13 +329,108 @@ class Engine:
             raise _Closed
         # K at or past the last event: the whole stream, terminal marker too, then the hang-up
         # before the body's end (a hop that cuts the connection right after [DONE]).
-        if faults.close_after is not None and sent >= min(faults.close_after, len(events)):
+        if faults.close_after is not None and sent >= min(faults.close_after, total):
             _hang_up(request)
             raise _Closed
+
+    # The Responses API's WebSocket mode -------------------------------------------------------
+
+    async def responses_socket(self, request: web.Request) -> web.StreamResponse:
+        """`GET /v1/responses`: with an upgrade, a WebSocket carrying turns (`responses_socket`
+        in the core); without one, what a POST-only path answers a GET."""
+        ws = web.WebSocketResponse(max_msg_size=0)  # a create message is as large as its request
+        if not ws.can_prepare(request).ok:
+            raise web.HTTPMethodNotAllowed(request.method, ["POST"])
+        await ws.prepare(request)
+        # The socket's own memory for previous_response_id, falling back to the engine's store.
+        memory = ResponseStore(fallback=self.responses, keeps_unstored=True)
+        # Turns run one after the other, in the order they came (the API's one lane): a turn
+        # sent while one is being answered waits for it, as it would behind a wedged one.
+        queue: asyncio.Queue[tuple[str | bytes, bool]] = asyncio.Queue()
+        worker = asyncio.create_task(self._socket_worker(request, ws, queue, memory))
+        self._sockets.add(ws)
         try:
-            await resp.write_eof()
-        except (ConnectionError, RuntimeError) as exc:
-            raise _Closed from exc
+            async for msg in ws:  # ends when the client closes (answered) or the connection goes
+                if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+                    queue.put_nowait((msg.data, msg.type == WSMsgType.BINARY))
+        finally:
+            self._sockets.discard(ws)
+            worker.cancel()
+            try:
+                await worker
+            except (asyncio.CancelledError, _Closed):
+                pass
+        return ws
+
+    async def _socket_worker(self, request: web.Request, ws: web.WebSocketResponse,
+                             queue: asyncio.Queue[tuple[str | bytes, bool]], memory: ResponseStore) -> None:
+        try:
+            await self._socket_turns(request, ws, queue, memory)
+        except (_Closed, asyncio.CancelledError):
+            raise
+        except Exception:
+            # A bug of the engine's: said, and the socket closed as a failed server closes it,
+            # never left open with nothing to answer its turns.
+            logging.getLogger(__name__).exception("the WebSocket's turns failed")
+            await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=b"engine error")
+            raise
+
+    async def _socket_turns(self, request: web.Request, ws: web.WebSocketResponse,
+                            queue: asyncio.Queue[tuple[str | bytes, bool]], memory: ResponseStore) -> None:
+        while True:
+            data, binary = await queue.get()
+            start = time.monotonic()
+            read = responses_socket.read_message(data, binary=binary)
+            body = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
+            if isinstance(read, responses_socket.Refusal):
+                self.requests += 1
+                digest = self._describe(body, *requestparts.parse(body))[0]
+                await _send(ws, responses_socket.with_digest(responses_socket.refusal_error(read), digest))
+                continue
+            create, doc = read
+            turn = self._turn("openai_responses", body, True, doc, memory=memory, create=create)
+            if isinstance(turn, _Refused):
+                error = (turn.api_error or {}).get("error") or {
+                    "type": "invalid_request_error", "code": None, "message": turn.message, "param": None}
+                event = responses_socket.error_event(turn.status, error)
+                await _send(ws, responses_socket.with_digest(event, turn.digest))
+                continue
+            faults = turn.faults
+            if faults.delay_headers:
+                await asyncio.sleep(faults.delay_headers)
+            if faults.status:
+                event = responses_socket.status_error(faults.status, f"injected fault: status {faults.status}")
+                await _send(ws, responses_socket.with_digest(event, turn.digest))
+                continue
+            self._remember(turn, memory)
+            self._remember(turn, self.responses)  # persisted as by POST, unless `store` is false
+            await self._socket_answer(request, ws, turn, start)
+
+    async def _socket_answer(self, request: web.Request, ws: web.WebSocketResponse, turn: _Turn, start: float) -> None:
+        """One turn's events, one message each, at the times the timing model gives, with the
+        faults that fire for it. _Closed when the connection is gone or closed by a fault."""
+        faults = turn.faults
+        messages = list(responses_socket.event_messages(turn.encoded))
+        if faults.drop_terminal:
+            messages = messages[:-1]
+        step, first = messages[0]
+        messages[0] = (step, responses_socket.with_digest(first, turn.digest))
+
+        async def write(batch: Sequence[str]) -> None:
+            for message in batch:
+                await _send(ws, message)
+
+        limits = (faults.stall_after, faults.close_after, faults.ws_close_after)
+        sent = await _emit(tuple(messages), turn.plan, start, faults, limits, write)
+        await self._fault_ending(request, faults, sent, len(messages))
+        if faults.ws_close_after is not None and sent >= min(faults.ws_close_after, len(messages)):
+            await ws.close(code=faults.ws_close_code, message=b"injected fault: ws_close")
+            raise _Closed
+
+    async def close_sockets(self, app: web.Application) -> None:
+        """On shutdown: every open WebSocket closed with 1001 (going away)."""
+        for ws in list(self._sockets):
+            await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
 
     # Replay mode ---------------------------------------------------------------------------
 
@@ -392,6 +519,41 @@ def _replay_headers(plan: ReplayPlan, extra: dict[str, str]) -> CIMultiDict[str]
     for name, value in extra.items():
         headers[name] = value
     return headers
+
+
+_T = TypeVar("_T")
+
+
+async def _emit(events: Sequence[tuple[int, _T]], plan: synth.Plan, start: float, faults: ActiveFaults,
+                limits: Sequence[int | None], write: Callable[[Sequence[_T]], Awaitable[None]]) -> int:
+    """Write an answer's (step, event) at the times the plan gives them, up to the first of
+    `limits` (the faults that stop it), with a `pause` fault's silence; the number written."""
+    limit = min([len(events), *(k for k in limits if k is not None)])
+    first_due = start + plan.ttft
+    pause_at = faults.pause_after if faults.pause_after is not None else limit
+
+    def due(i: int) -> float:  # events from the pause on come its seconds later
+        return first_due + plan.interval * events[i][0] + (faults.pause_seconds if i >= pause_at else 0.0)
+
+    sent = 0
+    while sent < limit:
+        await _sleep_until(due(sent))
+        # Everything already due goes out in one write, as a socket buffer would carry it when
+        # the server runs behind: the same bytes, far fewer system calls under load.
+        now = time.monotonic()
+        end = sent + 1
+        while end < limit and due(end) <= now:
+            end += 1
+        await write([event for _, event in events[sent:end]])
+        sent = end
+    return sent
+
+
+async def _send(ws: web.WebSocketResponse, message: str) -> None:
+    try:
+        await ws.send_str(message)
+    except (ConnectionError, RuntimeError) as exc:
+        raise _Closed from exc
 
 
 async def _write(resp: web.StreamResponse, data: bytes) -> None:

@@ -12,6 +12,9 @@ A spec is `KIND[:key=value,...]`:
     delay_headers:seconds=S       wait S seconds before the response headers
     status:code=C                 answer with HTTP status C (an error body, no stream)
     drop_terminal                 end the stream cleanly without its terminal marker
+    ws_close:after=K,code=C       WebSocket only (the Responses API's WebSocket mode): send K events,
+                                  then a close frame with code C (1011: the server failed); an
+                                  HTTP request is answered as if it were not there
 
 Every kind also takes `from_turn=T` (only requests of turn T and later; the turn is the number of
 assistant messages in the request plus one) and `p=P` (fire with probability P, for flaky faults).
@@ -32,8 +35,12 @@ _KEYS: dict[str, dict[str, type]] = {
     "delay_headers": {"seconds": float},
     "status": {"code": int},
     "drop_terminal": {},
+    "ws_close": {"after": int, "code": int},
 }
-_REQUIRED = {"stall": ("after",), "close": ("after",), "pause": ("after", "seconds"), "delay_headers": ("seconds",), "status": ("code",)}
+_REQUIRED = {"stall": ("after",), "close": ("after",), "pause": ("after", "seconds"), "delay_headers": ("seconds",),
+             "status": ("code",), "ws_close": ("after", "code")}  # fmt: skip
+# Close codes a server may send (RFC 6455 7.4): 1005, 1006 and 1015 are never on the wire.
+_UNSENDABLE_CLOSE_CODES = (1004, 1005, 1006, 1015)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +85,8 @@ def parse_fault(text: str) -> FaultSpec:
         raise BadInput(where, "numbers must not be negative (and from_turn starts at 1)")
     if kind == "status" and not 400 <= params["code"] <= 599:
         raise BadInput(where, "code must be an HTTP error status (400-599)")
+    if kind == "ws_close" and not (1000 <= params["code"] <= 4999 and params["code"] not in _UNSENDABLE_CLOSE_CODES):
+        raise BadInput(where, "code must be a WebSocket close code a server may send (1000-4999, not 1004-1006 or 1015)")
     return FaultSpec(kind, params, from_turn, p, text)
 
 
@@ -93,6 +102,8 @@ class ActiveFaults:
     delay_headers: float = 0.0
     status: int | None = None
     drop_terminal: bool = False
+    ws_close_after: int | None = None  # WebSocket only
+    ws_close_code: int = 1011
     fired: tuple[str, ...] = ()
 
 
@@ -120,4 +131,7 @@ def active_faults(specs: Sequence[FaultSpec], *, turn: int, draw: int) -> Active
             values["status"] = int(spec.params["code"])
         elif spec.kind == "drop_terminal":
             values["drop_terminal"] = True
+        elif spec.kind == "ws_close":
+            values["ws_close_after"] = int(spec.params["after"])
+            values["ws_close_code"] = int(spec.params["code"])
     return ActiveFaults(**values, fired=tuple(fired))  # type: ignore[arg-type]

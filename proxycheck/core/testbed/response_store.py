@@ -12,6 +12,11 @@ refreshes its whole chain, its oldest response first (so that one is the first o
 false, evicted, or given by an engine that has since restarted) is unknown: the API's 400
 (`previous_response_not_found`). An ancestor evicted while its descendant was kept cuts the chain there:
 the conversation starts at the oldest response still held.
+
+A WebSocket's memory (the Responses API's WebSocket mode, `responses_socket`) is a store of
+its own that keeps every response the socket gave, `store` false too, and falls back to the
+engine's store for the ids it did not give: the real API keeps a socket's responses in the
+socket's memory and finds the persisted ones (`store` not false) from any connection.
 """
 
 from __future__ import annotations
@@ -59,9 +64,19 @@ def previous_id(req: Mapping[str, Any]) -> str | None:
 class ResponseStore:
     """Responses by id, least recently used first."""
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, *, fallback: ResponseStore | None = None,
+                 keeps_unstored: bool = False) -> None:  # fmt: skip
         self.capacity = capacity
         self._by_id: OrderedDict[str, _Stored] = OrderedDict()
+        # Where an id this store does not hold is looked up (a chain may cross from one to it).
+        self.fallback = fallback
+        self.keeps_unstored = keeps_unstored  # a socket's memory keeps `store: false` answers too
+
+    def _holder(self, response_id: str) -> ResponseStore | None:
+        store: ResponseStore | None = self
+        while store is not None and response_id not in store._by_id:
+            store = store.fallback
+        return store
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -69,19 +84,19 @@ class ResponseStore:
     def history(self, response_id: str) -> list[Any]:
         """The conversation up to and including response `response_id`, oldest item first;
         UnknownResponse when it is not held."""
-        if response_id not in self._by_id:
+        if self._holder(response_id) is None:
             raise UnknownResponse(response_id)
-        ids: list[str] = []
+        chain: list[tuple[ResponseStore, str]] = []
         seen: set[str] = set()
         at: str | None = response_id
-        while at is not None and at in self._by_id and at not in seen:
-            ids.append(at)
+        while at is not None and at not in seen and (holder := self._holder(at)) is not None:
+            chain.append((holder, at))
             seen.add(at)
-            at = self._by_id[at].previous
+            at = holder._by_id[at].previous
         # Refreshed oldest first, so the oldest ancestor is the first of the chain to go.
-        for at in reversed(ids):
-            self._by_id.move_to_end(at)
-        return [item for at in reversed(ids) for item in self._by_id[at].items]
+        for holder, at in reversed(chain):
+            holder._by_id.move_to_end(at)
+        return [item for holder, at in reversed(chain) for item in holder._by_id[at].items]
 
     def expand(self, req: Mapping[str, Any]) -> Mapping[str, Any]:
         """`req` with its conversation in full: unchanged when it names no previous response,
@@ -93,8 +108,8 @@ class ResponseStore:
 
     def remember(self, response_id: str, req: Mapping[str, Any], output: list[Any]) -> None:
         """Keep a response given to `req` (the request as received, not expanded), unless the
-        request said `store: false`."""
-        if req.get("store") is False:
+        request said `store: false` (a socket's memory keeps it then too)."""
+        if req.get("store") is False and not self.keeps_unstored:
             return
         self._by_id[response_id] = _Stored(previous_id(req), (*input_items(req), *output))
         self._by_id.move_to_end(response_id)
