@@ -76,8 +76,9 @@ def run(args: argparse.Namespace) -> int:
     chain = load_chain(args.chain)
     check_tls([chain.route(name) for name in chain.ladder()] if args.route is None else [chain.route(args.route)])
     loaded = open_recording(args.directory)  # opened once: planned here, its candidates built from it
-    print_warnings(loaded.warnings + loaded.left_out)
-    sessions = loaded.planned
+    print_warnings(loaded.warnings)
+    sessions = loaded.planned  # with nothing to replay, the line that says why
+    print_warnings(loaded.left_out)
     watchdogs = watchdogs_of(args, sessions)
     budget = Budget(replays=args.budget, seconds=args.time, start=time.monotonic())
     route, culprit = args.route, None

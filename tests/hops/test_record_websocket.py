@@ -1,0 +1,158 @@
+"""The recorder on the Responses API's WebSocket mode: a real mitmdump with the recorder in front of
+the reference engine's WebSocket mode, driven by an aiohttp WebSocket client as Codex drives one
+socket per session.
+
+What a user notices: the client gets every event as it would without the recorder; the recording
+holds the socket (its 101, every message both ways with its time, how it ended) with a client's
+credential redacted; `sessions` shows the socket's turns; a socket the engine cut mid-answer is
+that turn's `reset`; a replay leaves the WebSocket session out and says so, never sending its
+upgrade as a plain request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+from cli_runner import run_proxycheck
+from processes import EngineFactory, MitmdumpFactory
+
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.recording.websocket import turns
+from proxycheck.io.recordings import open_recording
+from proxycheck.io.storage import load
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = ("--token-interval", "0.005", "--ttft-base", "0.02")
+TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
+SECRET = "sk-proj-not-for-the-journal"
+
+
+def ws_url(proc: Any) -> str:
+    return proc.url.replace("http://", "ws://") + "/v1/responses"
+
+
+async def converse(url: str, turns_: int = 2, *, key: str | None = None) -> list[list[dict[str, Any]]]:
+    """One socket, `turns_` turns continuing each other; every turn's events (the last may be cut)."""
+    out: list[list[dict[str, Any]]] = []
+    previous = None
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url, headers={"OpenAI-Beta": "responses_websockets=2026-02-06"}) as ws:
+            for i in range(turns_):
+                body: dict[str, Any] = {"type": "response.create", "model": "m", "max_output_tokens": 8,
+                                        "input": [{"role": "user", "content": f"step {i}"}]}  # fmt: skip
+                if previous:
+                    body["previous_response_id"] = previous
+                if key:
+                    body["api_key"] = key  # a credential in a message, as some clients send one
+                await ws.send_str(json.dumps(body))
+                events: list[dict[str, Any]] = []
+                while True:
+                    msg = await ws.receive(timeout=10)
+                    if msg.type != aiohttp.WSMsgType.TEXT:
+                        break
+                    events.append(json.loads(msg.data))
+                    if events[-1]["type"] in TERMINAL:
+                        break
+                out.append(events)
+                if not events or events[-1]["type"] != "response.completed":
+                    break
+                previous = events[-1]["response"]["id"]
+    return out
+
+
+def settle() -> None:
+    time.sleep(0.5)  # the recorder's last records (the close) follow the client's close by a moment
+
+
+def test_a_socket_is_recorded_whole_and_passes_unchanged(engines: EngineFactory, mitmdumps: MitmdumpFactory,
+                                                          tmp_path: Path) -> None:  # fmt: skip
+    engine = engines(*FAST)
+    direct = asyncio.run(converse(ws_url(engine)))
+    out = tmp_path / "rec"
+    recorder = mitmdumps.recorder(engine, out)
+    through = asyncio.run(converse(ws_url(recorder), key=SECRET))
+    settle()
+    recorder.stop()
+    # The client got the same events through the recorder (ids and times aside).
+    assert [[e["type"] for e in t] for t in through] == [[e["type"] for e in t] for t in direct]
+    assert [t[-1]["type"] for t in through] == ["response.completed"] * 2
+
+    (socket,) = load(out).exchanges
+    assert socket.websocket and socket.status == 101 and socket.method == "GET"
+    assert socket.ws_close is not None and socket.ws_close.by == "client" and socket.ws_close.code == 1000
+    assert socket.t_end is not None and socket.error is None
+    sent = [m for m in socket.ws if m.from_client]
+    got = [m for m in socket.ws if not m.from_client]
+    assert len(sent) == 2 and len(got) == sum(len(t) for t in through)
+    assert [json.loads(m.data)["type"] for m in got] == [e["type"] for t in through for e in t]
+    assert all(a.t <= b.t for a, b in zip(socket.ws, socket.ws[1:]))  # in the order they passed
+    assert [(t.index, t.terminal) for t in turns(socket.ws)] == [(1, "response.completed"), (2, "response.completed")]
+    journal = (out / "journal.jsonl").read_text()
+    assert SECRET not in journal and '\\"api_key\\": \\"[redacted]\\"' in journal  # redacted in place, the key kept
+    assert oct((out / "journal.jsonl").stat().st_mode & 0o777) == "0o600"
+
+    (summary,) = open_recording(str(out)).summaries
+    (turn,) = summary.turns
+    assert turn.outcome is Outcome.OK and turn.detail.startswith("WebSocket: 2 turn(s); closed by the client (1000")
+    done = run_proxycheck("sessions", str(out), "--json")
+    assert done.returncode == 0 and "WebSocket: 2 turn(s)" in done.stdout
+
+
+def test_a_socket_the_engine_cuts_mid_answer_is_that_turns_reset(engines: EngineFactory, mitmdumps: MitmdumpFactory,
+                                                                 tmp_path: Path) -> None:  # fmt: skip
+    engine = engines(*FAST, "--fault", "close:after=3,from_turn=2")
+    out = tmp_path / "rec"
+    recorder = mitmdumps.recorder(engine, out)
+    through = asyncio.run(converse(ws_url(recorder)))
+    settle()
+    recorder.stop()
+    assert through[0][-1]["type"] == "response.completed" and through[1][-1]["type"] not in TERMINAL
+    (socket,) = load(out).exchanges
+    assert socket.ws_close is not None and socket.ws_close.by is None and socket.ws_close.code == 1006
+    assert socket.error == "server disconnected"
+    (summary,) = open_recording(str(out)).summaries
+    (turn,) = summary.turns
+    assert turn.outcome is Outcome.RESET and turn.detail.startswith("WebSocket turn 2 of 2:"), turn.detail
+
+
+def test_a_replay_leaves_websocket_sessions_out_and_says_so(engines: EngineFactory, mitmdumps: MitmdumpFactory,
+                                                            tmp_path: Path) -> None:  # fmt: skip
+    engine = engines(*FAST)
+    out = tmp_path / "rec"
+    recorder = mitmdumps.recorder(engine, out)
+    asyncio.run(converse(ws_url(recorder), turns_=1))
+    settle()
+    recorder.stop()
+    chain = tmp_path / "chain.toml"
+    chain.write_text(f'engine = "{engine.url}"\n')
+    done = run_proxycheck("check", str(out), "--chain", str(chain), "--out", str(tmp_path / "run"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "holds no LLM requests to replay (1 WebSocket session(s)" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
+def test_beside_http_sessions_the_websocket_one_is_left_out_with_one_warning(
+    engines: EngineFactory, mitmdumps: MitmdumpFactory, tmp_path: Path
+) -> None:
+    engine = engines(*FAST)
+    out = tmp_path / "rec"
+    recorder = mitmdumps.recorder(engine, out)
+    asyncio.run(converse(ws_url(recorder), turns_=1))
+    body = {"model": "m", "input": "over HTTP", "stream": True, "max_output_tokens": 4}
+    with httpx.stream("POST", recorder.url + "/v1/responses", json=body, timeout=10) as response:
+        assert response.status_code == 200 and b"response.completed" in response.read()
+    settle()
+    recorder.stop()
+    chain = tmp_path / "chain.toml"
+    chain.write_text(f'engine = "{engine.url}"\n')
+    done = run_proxycheck("replay", str(out), "--chain", str(chain), "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("1 WebSocket session(s) (the Responses API's WebSocket mode) are left out") == 1
+    assert "POST" in done.stdout and "GET" not in done.stdout
