@@ -39,6 +39,15 @@ continues that conversation: the stored items count as turns (faults' `from_turn
 rounds, as if they had been resent. An id the store does not hold gets the API's 400
 (`previous_response_not_found`). Replay mode answers by the recording, store or not.
 
+Its WebSocket mode (`GET /v1/responses` upgraded; `proxycheck.core.testbed.responses_socket`): each
+`response.create` message is a turn, planned as the same create body sent by POST would be
+(`Engine._turn`), its events sent one message each on the same timing model, with the same
+faults, counted per turn (`close` drops the connection without a close frame; `ws_close` sends
+one). Turns on one socket run in order. Each socket has a memory of its own (every response it
+gave, `store` false too) in front of the engine's store, so an unstored response continues only on
+its socket. The first message of each turn carries the digest headers in its `proxycheck` member.
+Not in replay mode.
+
 Anthropic clients: extended thinking is planned by `synth.with_thinking`; `cache_control`
 breakpoints are looked up in and written to the engine's `promptcache.PromptCache` (the usage
 fields only; answers do not depend on it), so the answer cache is keyed by what the request read
