@@ -404,6 +404,8 @@ class Engine:
                 event = responses_socket.error_event(turn.status, error)
                 await _send(ws, responses_socket.with_digest(event, turn.digest))
                 continue
+            if create.get("generate") is False:
+                turn = self._warmup(turn)
             faults = turn.faults
             if faults.delay_headers:
                 await asyncio.sleep(faults.delay_headers)
@@ -414,6 +416,13 @@ class Engine:
             self._remember(turn, memory)
             self._remember(turn, self.responses)  # persisted as by POST, unless `store` is false
             await self._socket_answer(request, ws, turn, start)
+
+    def _warmup(self, turn: _Turn) -> _Turn:
+        """A turn that asked for no generation (`generate: false`): answered with nothing
+        generated, under an id of its own that later turns continue (`synth.warmup`)."""
+        plan = synth.warmup(turn.plan)
+        meta = wire.Meta(str(turn.request.get("model") or self.config.model), int(time.time()), request=turn.request)
+        return replace(turn, plan=plan, encoded=wire.encode("openai_responses", plan, meta))
 
     async def _socket_answer(self, request: web.Request, ws: web.WebSocketResponse, turn: _Turn, start: float) -> None:
         """One turn's events, one message each, at the times the timing model gives, with the
