@@ -45,8 +45,9 @@ Its WebSocket mode (`GET /v1/responses` upgraded; `proxycheck.core.testbed.respo
 faults, counted per turn (`close` drops the connection without a close frame; `ws_close` sends
 one). Turns on one socket run in order. Each socket has a memory of its own (every response it
 gave, `store` false too) in front of the engine's store, so an unstored response continues only on
-its socket. The first message of each turn carries the digest headers in its `proxycheck` member.
-Not in replay mode.
+its socket. A create with `generate: false` (a warm-up) generates nothing (`synth.warmup`). The
+first message of each turn carries the digest headers in its `proxycheck` member. Not in replay
+mode.
 
 Anthropic clients: extended thinking is planned by `synth.with_thinking`; `cache_control`
 breakpoints are looked up in and written to the engine's `promptcache.PromptCache` (the usage
@@ -447,8 +448,9 @@ class Engine:
 
     async def close_sockets(self, app: web.Application) -> None:
         """On shutdown: every open WebSocket closed with 1001 (going away)."""
-        for ws in list(self._sockets):
-            await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
+        # At once: each waits a while for its client's answer to the close.
+        await asyncio.gather(*(ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
+                               for ws in list(self._sockets)), return_exceptions=True)  # fmt: skip
 
     # Replay mode ---------------------------------------------------------------------------
 
