@@ -26,8 +26,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p = commands.add_parser(
         "engine",
         help="run the reference engine (an SGLang/vLLM stand-in, no GPU)",
-        description="Serve OpenAI chat/completions, Anthropic messages and SGLang /generate with "
-        "deterministic answers and a configurable timing model. A request may override its own timing "
+        description="Serve OpenAI chat/completions and responses, Anthropic messages and SGLang /generate with "
+        "deterministic answers and a configurable timing model. GET /v1/responses with a WebSocket upgrade "
+        "is the Responses API's WebSocket mode: a response.create message per turn, its events one message "
+        "each, previous_response_id kept in the socket's memory; the first message of each turn carries "
+        'what the engine received in its "proxycheck" member. A request may override its own timing '
         'with the body member "proxycheck": {"ttft": S, "token_interval": S} (seconds; only this engine '
         "honours it: proxycheck probe asks for slow streams with it).",
     )
@@ -54,8 +57,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--seed", type=int, default=0, help="changes every answer (default 0)")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
                    help="inject a server fault: stall:after=K, close:after=K, pause:after=K,seconds=S, delay_headers:seconds=S, "
-                   "status:code=C, drop_terminal; each may add from_turn=T and p=P (repeatable; with --replay, "
-                   "K counts recorded chunks)")
+                   "status:code=C, drop_terminal, ws_close:after=K,code=C (WebSocket only: a close frame after K "
+                   "messages); each may add from_turn=T and p=P (repeatable; with --replay, K counts recorded "
+                   "chunks; on a WebSocket, faults apply per turn and K counts messages)")
     p.add_argument("--replay", metavar="DIR",
                    help="answer with the responses of this recording (matched by session and turn, else request "
                    "digest, else longest shared prefix), with their recorded status, headers and timing")

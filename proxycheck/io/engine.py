@@ -39,6 +39,16 @@ continues that conversation: the stored items count as turns (faults' `from_turn
 rounds, as if they had been resent. An id the store does not hold gets the API's 400
 (`previous_response_not_found`). Replay mode answers by the recording, store or not.
 
+Its WebSocket mode (`GET /v1/responses` upgraded; `proxycheck.core.testbed.responses_socket`): each
+`response.create` message is a turn, planned as the same create body sent by POST would be
+(`Engine._turn`), its events sent one message each on the same timing model, with the same
+faults, counted per turn (`close` drops the connection without a close frame; `ws_close` sends
+one). Turns on one socket run in order. Each socket has a memory of its own (every response it
+gave, `store` false too) in front of the engine's store, so an unstored response continues only on
+its socket. A create with `generate: false` (a warm-up) generates nothing (`synth.warmup`). The
+first message of each turn carries the digest headers in its `proxycheck` member. Not in replay
+mode.
+
 Anthropic clients: extended thinking is planned by `synth.with_thinking`; `cache_control`
 breakpoints are looked up in and written to the engine's `promptcache.PromptCache` (the usage
 fields only; answers do not depend on it), so the answer cache is keyed by what the request read
@@ -395,6 +405,8 @@ class Engine:
                 event = responses_socket.error_event(turn.status, error)
                 await _send(ws, responses_socket.with_digest(event, turn.digest))
                 continue
+            if create.get("generate") is False:
+                turn = self._warmup(turn)
             faults = turn.faults
             if faults.delay_headers:
                 await asyncio.sleep(faults.delay_headers)
@@ -405,6 +417,13 @@ class Engine:
             self._remember(turn, memory)
             self._remember(turn, self.responses)  # persisted as by POST, unless `store` is false
             await self._socket_answer(request, ws, turn, start)
+
+    def _warmup(self, turn: _Turn) -> _Turn:
+        """A turn that asked for no generation (`generate: false`): answered with nothing
+        generated, under an id of its own that later turns continue (`synth.warmup`)."""
+        plan = synth.warmup(turn.plan)
+        meta = wire.Meta(str(turn.request.get("model") or self.config.model), int(time.time()), request=turn.request)
+        return replace(turn, plan=plan, encoded=wire.encode("openai_responses", plan, meta))
 
     async def _socket_answer(self, request: web.Request, ws: web.WebSocketResponse, turn: _Turn, start: float) -> None:
         """One turn's events, one message each, at the times the timing model gives, with the
@@ -429,8 +448,9 @@ class Engine:
 
     async def close_sockets(self, app: web.Application) -> None:
         """On shutdown: every open WebSocket closed with 1001 (going away)."""
-        for ws in list(self._sockets):
-            await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
+        # At once: each waits a while for its client's answer to the close.
+        await asyncio.gather(*(ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
+                               for ws in list(self._sockets)), return_exceptions=True)  # fmt: skip
 
     # Replay mode ---------------------------------------------------------------------------
 

@@ -289,3 +289,17 @@ async def test_the_engine_stopping_closes_its_sockets_going_away(engines: Engine
         proc.stop()
         msg = await ws.receive(timeout=WAIT)
         assert msg.type == aiohttp.WSMsgType.CLOSE and msg.data == aiohttp.WSCloseCode.GOING_AWAY
+
+
+async def test_a_warm_up_generates_nothing_and_is_continued(tool_engine) -> None:
+    # What Codex sends first: the request with `generate: false`, then the turn continuing it.
+    async with aiohttp.ClientSession() as session, session.ws_connect(ws_url(tool_engine)) as ws:
+        warm = await turn(ws, create(input="go", tools=TOOLS, store=False, generate=False))
+        assert [e["type"] for e in warm] == ["response.created", "response.in_progress", "response.completed"]
+        done = warm[-1]["response"]
+        assert done["output"] == [] and done["usage"]["output_tokens"] == 0
+        events = await turn(ws, create(input=[], tools=TOOLS, store=False, previous_response_id=done["id"]))
+        answer = events[-1]["response"]
+        # The warm-up's input is the conversation; it added no assistant turn.
+        assert answer["id"] != done["id"] and events[0]["proxycheck"]["x-proxycheck-turn"] == "1"
+        assert answer["output"][0]["type"] == "function_call"

@@ -7,7 +7,8 @@ is implied; `stream` and `background` are ignored when sent). The engine answers
 events the SSE stream of `POST /v1/responses` carries, each event's JSON one text message, up to
 the terminal one; a turn it refuses gets one `error` event in the API's shape
 (`{"type": "error", "status": 400, "error": {"type", "code", "message", "param"}}`) and the
-socket stays open.
+socket stays open. A create with `generate: false` (a warm-up) is answered with nothing
+generated (`synth.warmup`).
 
 The digest headers of an HTTP answer (`wire.received_headers`, `x-proxycheck-turn`) cannot ride
 on a message: the first message of each turn (`response.created`, or the `error` event) carries

@@ -375,6 +375,18 @@ def plan(
     return with_thinking(dialect, req, Plan(s, tokens, (), finish, prompt_tokens, ttft, interval))
 
 
+# Mixed into a warm-up's seed, so its response id is never that of an answer to the same request.
+_WARMUP_SALT = 0x5741524D5550  # "WARMUP"
+
+
+def warmup(answer: Plan) -> Plan:
+    """The answer to a request that asks for no generation (the Responses API's `generate:
+    false`, which a WebSocket client sends to warm the socket up): nothing generated, no output
+    tokens, an id of its own; only the prompt is read (its TTFT)."""
+    return replace(answer, seed=answer.seed ^ _WARMUP_SALT, tokens=(), tool_calls=(), finish_reason="stop",
+                   thinking=())  # fmt: skip
+
+
 def samples(dialect: str, req: Mapping[str, Any]) -> bool:
     """Whether a sampling engine answers this request differently each time: its temperature is
     above 0, or absent (engines default to 1), and it names no seed (vLLM and SGLang make a

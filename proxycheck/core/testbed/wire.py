@@ -257,8 +257,10 @@ def responses_ids(plan: Plan) -> tuple[str, str]:
 
 def responses_output(plan: Plan) -> list[dict[str, Any]]:
     """The `output` items of a plan's completed Responses answer (what a later request continues
-    from, through `previous_response_id`)."""
+    from, through `previous_response_id`); none when it generated nothing (`synth.warmup`)."""
     item_id = responses_ids(plan)[1]
+    if not plan.tool_calls and not plan.tokens:
+        return []
     if plan.tool_calls:
         return [{"id": f"{item_id}{index or ''}", "type": "function_call", "status": "completed",
                  "arguments": call.arguments, "call_id": call.id, "name": call.name}
@@ -281,7 +283,8 @@ def openai_responses(plan: Plan, meta: Meta) -> Wire:
     """The Responses API: `event:` + `data:` pairs, each event with its `type` and a
     `sequence_number`; the response object in `response.created` / `.in_progress` (status
     in_progress, no output) and in the terminal event (`response.completed`, or
-    `response.incomplete` with reason `max_output_tokens` when the answer hit the length limit)."""
+    `response.incomplete` with reason `max_output_tokens` when the answer hit the length limit);
+    an answer that generated nothing (`synth.warmup`) is the first two and `response.completed`."""
     rid = responses_ids(plan)[0]
     req = meta.request or {}
     response: dict[str, Any] = {
@@ -318,7 +321,7 @@ def openai_responses(plan: Plan, meta: Meta) -> Wire:
             emit(done_at, {"type": "response.function_call_arguments.done", "item_id": item["id"],
                            "output_index": index, "name": call.name, "arguments": call.arguments})  # fmt: skip
             emit(done_at, {"type": "response.output_item.done", "output_index": index, "item": item})
-    else:
+    elif output:
         item = output[0]
         where = {"item_id": item["id"], "output_index": 0, "content_index": 0}
         emit(0, {"type": "response.output_item.added", "output_index": 0,

@@ -104,3 +104,14 @@ def test_bad_ws_close_specs_name_the_spec(text: str, message: str) -> None:
     with pytest.raises(BadInput, match=message) as info:
         parse_fault(text)
     assert str(info.value).startswith(f"--fault {text}: ")
+
+
+def test_a_warm_up_answer_generates_nothing_under_an_id_of_its_own() -> None:
+    req = {"input": "hi", "max_output_tokens": 3}
+    answer = synth.plan("openai_responses", req, json.dumps(req).encode(), synth.Timing())
+    warm = synth.warmup(answer)
+    assert warm.completion_tokens == 0 and wire.responses_output(warm) == []
+    assert wire.responses_ids(warm)[0] != wire.responses_ids(answer)[0]
+    docs = [json.loads(text) for _, text in rs.event_messages(wire.encode("openai_responses", warm, wire.Meta("m", 1)))]
+    assert [d["type"] for d in docs] == ["response.created", "response.in_progress", "response.completed"]
+    assert docs[-1]["response"]["output"] == [] and docs[-1]["response"]["usage"]["output_tokens"] == 0
