@@ -24,6 +24,7 @@ from proxycheck.core.recording.sessions import attempt_text
 from proxycheck.core.replay.chain import Chain, Route
 from proxycheck.core.replay.greedy import greedy_sessions
 from proxycheck.core.replay.plan import PlannedSession, think_delay
+from proxycheck.core.replay.socket import ws_url
 from proxycheck.io.inputs import check_out, check_tls, load_chain
 from proxycheck.io.runstore import RunWriter, options_doc
 from proxycheck.report.progress import ReplayProgress
@@ -80,12 +81,16 @@ def _dry_run(sessions: list[PlannedSession], routes: list[Route], options: "Repl
             for turn in session.turns:
                 names = ", ".join(request_headers(turn, route, "RUN_ID"))
                 think = think_delay(turn, options.pace)
-                conn = "new connection" if turn.new_connection else "reused connection"
+                socket = session.transport == "websocket"
+                conn = ("new socket" if socket else "new connection") if turn.new_connection else \
+                    ("the same socket" if socket else "reused connection")  # fmt: skip
+                url = route.url_for(turn.url, shown=True)
+                url = ws_url(url) if socket else url
                 if turn.left_out:  # recorded forwarding headers: the route's hops add their own
                     names += f"; left out as recorded by a hop: {', '.join(turn.left_out)}"
                 print(
                     f"  {session.name.label} {attempt_text(turn.turn, turn.attempt, turn.attempts)}: "
-                    f"{turn.method} {route.url_for(turn.url, shown=True)} "
+                    f"{turn.method} {url} "
                     f"body {len(turn.body)} B, {'backoff' if turn.attempt > 1 else 'think'} {think:.3f} s, {conn}; "
                     f"headers: {names}",
                     file=out,

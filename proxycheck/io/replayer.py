@@ -63,6 +63,7 @@ from proxycheck.core.replay.plan import (
 )
 from proxycheck.io.observe import ConnState, Observed, PreparedExchange, aiohttp_trace_config, prepare_aiohttp, prepare_httpx
 from proxycheck.io.proxying import aiohttp_session, httpx_client
+from proxycheck.io.ws_replay import run_socket
 
 Mode = Literal["exact", "chained"]
 ClientKind = Literal["httpx", "aiohttp"]
@@ -372,6 +373,10 @@ async def _run_session(session: PlannedSession, ctx: _Context, start_at: float |
     `start_at` (monotonic; None: at once). What a turn needs that is not the network (the new
     client when the plan opens a new connection, the request built) is made before its wait
     ends, so that waking up is sending; the connection it replaces is still closed only then."""
+    if session.transport == "websocket":  # a transport of its own (`proxycheck.io.ws_replay`)
+        await run_socket(session, ctx, start_at, lambda turn: request_headers(turn, ctx.route, ctx.run_id),
+                         lambda obs, turn, result: _keep(obs, turn, ctx))  # fmt: skip
+        return
     chained = ChainedSession(session) if ctx.options.mode == "chained" else None
     conn_state = ConnState()
     client: _Client | None = None  # the client the previous turn went on
@@ -418,7 +423,13 @@ async def _run_session(session: PlannedSession, ctx: _Context, start_at: float |
 async def _observed(prepared: PreparedExchange, turn: PlannedTurn, ctx: _Context) -> Observed:
     """Send the prepared turn; its observation, keyed, to the sink and the listener."""
     observed = await prepared.observe()
-    obs = observed.observation.with_keys(
+    return Observed(_keep(observed.observation, turn, ctx), observed.result)
+
+
+def _keep(observation: Observation, turn: PlannedTurn, ctx: _Context) -> Observation:
+    """One turn's observation, keyed, to the sink and the listener (any transport); a refused
+    credential stops the replay (`raise_if_refused`)."""
+    obs = observation.with_keys(
         route=ctx.route.name, repetition=ctx.repetition, session=turn.session, turn=turn.turn, xid=turn.xid
     )
     ctx.sink(obs)
@@ -426,7 +437,7 @@ async def _observed(prepared: PreparedExchange, turn: PlannedTurn, ctx: _Context
     if ctx.options.chain is not None:
         raise_if_refused(obs, turn, ctx.route, ctx.options.chain, first=not ctx.answered)
     ctx.answered = ctx.answered or obs.outcome.answered
-    return Observed(obs, observed.result)
+    return obs
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import httpx
 import pytest
 from cli_runner import run_proxycheck
 from processes import EngineFactory, MitmdumpFactory
+from websocket_clients import TERMINAL, converse, ws_url
 
 from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.recording.websocket import turns
@@ -30,41 +31,7 @@ from proxycheck.io.storage import load
 pytestmark = pytest.mark.timeout(60)
 
 FAST = ("--token-interval", "0.005", "--ttft-base", "0.02")
-TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
 SECRET = "sk-proj-not-for-the-journal"
-
-
-def ws_url(proc: Any) -> str:
-    return proc.url.replace("http://", "ws://") + "/v1/responses"
-
-
-async def converse(url: str, turns_: int = 2, *, key: str | None = None) -> list[list[dict[str, Any]]]:
-    """One socket, `turns_` turns continuing each other; every turn's events (the last may be cut)."""
-    out: list[list[dict[str, Any]]] = []
-    previous = None
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, headers={"OpenAI-Beta": "responses_websockets=2026-02-06"}) as ws:
-            for i in range(turns_):
-                body: dict[str, Any] = {"type": "response.create", "model": "m", "max_output_tokens": 8,
-                                        "input": [{"role": "user", "content": f"step {i}"}]}  # fmt: skip
-                if previous:
-                    body["previous_response_id"] = previous
-                if key:
-                    body["api_key"] = key  # a credential in a message, as some clients send one
-                await ws.send_str(json.dumps(body))
-                events: list[dict[str, Any]] = []
-                while True:
-                    msg = await ws.receive(timeout=10)
-                    if msg.type != aiohttp.WSMsgType.TEXT:
-                        break
-                    events.append(json.loads(msg.data))
-                    if events[-1]["type"] in TERMINAL:
-                        break
-                out.append(events)
-                if not events or events[-1]["type"] != "response.completed":
-                    break
-                previous = events[-1]["response"]["id"]
-    return out
 
 
 def settle() -> None:
@@ -122,29 +89,13 @@ def test_a_socket_the_engine_cuts_mid_answer_is_that_turns_reset(engines: Engine
     assert turn.outcome is Outcome.RESET and turn.detail.startswith("WebSocket turn 2 of 2:"), turn.detail
 
 
-def test_a_replay_leaves_websocket_sessions_out_and_says_so(engines: EngineFactory, mitmdumps: MitmdumpFactory,
-                                                            tmp_path: Path) -> None:  # fmt: skip
-    engine = engines(*FAST)
-    out = tmp_path / "rec"
-    recorder = mitmdumps.recorder(engine, out)
-    asyncio.run(converse(ws_url(recorder), turns_=1))
-    settle()
-    recorder.stop()
-    chain = tmp_path / "chain.toml"
-    chain.write_text(f'engine = "{engine.url}"\n')
-    done = run_proxycheck("check", str(out), "--chain", str(chain), "--out", str(tmp_path / "run"))
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "holds no LLM requests to replay (1 WebSocket session(s)" in done.stderr
-    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
-
-
-def test_beside_http_sessions_the_websocket_one_is_left_out_with_one_warning(
+def test_beside_http_sessions_a_socket_is_planned_as_one_socket_of_its_turns(
     engines: EngineFactory, mitmdumps: MitmdumpFactory, tmp_path: Path
 ) -> None:
     engine = engines(*FAST)
     out = tmp_path / "rec"
     recorder = mitmdumps.recorder(engine, out)
-    asyncio.run(converse(ws_url(recorder), turns_=1))
+    asyncio.run(converse(ws_url(recorder), turns_=2))
     body = {"model": "m", "input": "over HTTP", "stream": True, "max_output_tokens": 4}
     with httpx.stream("POST", recorder.url + "/v1/responses", json=body, timeout=10) as response:
         assert response.status_code == 200 and b"response.completed" in response.read()
@@ -153,6 +104,8 @@ def test_beside_http_sessions_the_websocket_one_is_left_out_with_one_warning(
     chain = tmp_path / "chain.toml"
     chain.write_text(f'engine = "{engine.url}"\n')
     done = run_proxycheck("replay", str(out), "--chain", str(chain), "--dry-run")
-    assert done.returncode == 0, done.stderr
-    assert done.stderr.count("1 WebSocket session(s) (the Responses API's WebSocket mode) are left out") == 1
-    assert "POST" in done.stdout and "GET" not in done.stdout
+    assert done.returncode == 0 and "left out" not in done.stderr, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("  ")]
+    sockets = [line for line in lines if " WS ws://" in line]
+    assert len(sockets) == 2 and "new socket" in sockets[0] and "the same socket" in sockets[1], lines
+    assert sum(" POST http://" in line for line in lines) == 1 and not any(" GET " in line for line in lines)

@@ -241,45 +241,67 @@ def analyze(ex: RecordedExchange) -> ExchangeAnalysis:
 WS_DIALECT = "openai_responses"  # the Responses API's WebSocket mode: the events its SSE stream carries
 
 
-def _analyze_socket(ex: RecordedExchange) -> ExchangeAnalysis:
-    """A WebSocket session (`proxycheck.core.recording.websocket`), judged turn by turn by the
-    rules every recorded stream is judged by: each turn's answer read as the SSE stream that
-    carries the same events; a turn the socket ended before its terminal event ended as the
-    socket did (its cut, or its close frame, as the error). The socket's outcome is its first
-    failing turn's, said with the turn; a socket the server (or a cut) ended between turns, while
-    the client had not closed it, is a `reset` between turns. Its analysis is that turn's."""
-    found = websocket.turns(ex.ws)
+@dataclass(frozen=True, slots=True)
+class SocketTurn:
+    """One turn of a recorded WebSocket session judged: the turn, its answer parsed, its outcome,
+    and when it ended (its terminal event, else the socket's end)."""
+
+    turn: websocket.WsTurn
+    analysis: ResponseAnalysis
+    classified: Classified
+    ended_at: float | None
+
+
+def socket_turns(ex: RecordedExchange) -> list[SocketTurn]:
+    """The turns of a WebSocket session (`proxycheck.core.recording.websocket`), each judged by
+    the rules every recorded stream is judged by: its answer read as the SSE stream that carries
+    the same events; a turn the socket ended before its terminal event ended as the socket did
+    (its cut, or its close, as the error); one still open when the recording ended, in flight."""
     close = ex.ws_close
     ended = close.t if close is not None else (ex.t_error if ex.error is not None else ex.t_end)
     how = close.describe() if close is not None else (ex.error or "")
-    last: ResponseAnalysis | None = None
-    for turn in found:
-        chunks = websocket.as_sse(turn.answer)
+    finished = ex.finished or close is not None
+    out = []
+    for turn in websocket.turns(ex.ws):
         end = turn.t_end if turn.t_end is not None else ended
-        analysis = analyze_stream(WS_DIALECT, chunks, end)
-        last = analysis
+        analysis = analyze_stream(WS_DIALECT, websocket.as_sse(turn.answer), end)
         if turn.terminal is not None:
             classified = classify_recorded(finished=True, error=None, interrupted=False, status=200, analysis=analysis,
                                            ended_at=end)  # fmt: skip
         else:
-            finished = ex.finished or close is not None
             words = ex.error if ex.error is not None else (how or None)
             classified = classify_recorded(finished=finished, error=words if finished else None,
                                            interrupted=ex.interrupted, status=200, analysis=analysis, ended_at=end)  # fmt: skip
-        if classified.outcome is not Outcome.OK:
-            said = Classified(classified.outcome, f"WebSocket turn {turn.index} of {len(found)}: {classified.detail}")
-            return ExchangeAnalysis(WS_DIALECT, True, analysis, said, end)
-    count = f"WebSocket: {len(found)} turn(s)"
+        out.append(SocketTurn(turn, analysis, classified, end))
+    return out
+
+
+def _analyze_socket(ex: RecordedExchange) -> ExchangeAnalysis:
+    """A WebSocket session judged as a whole (`socket_turns`): its first failing turn's outcome,
+    said with the turn; a socket the server (or a cut) ended between turns, while the client had
+    not closed it, is a `reset` between turns; an open socket with every turn answered, no wedge.
+    Its analysis is the deciding turn's (else the last)."""
+    judged = socket_turns(ex)
+    close = ex.ws_close
+    ended = close.t if close is not None else (ex.t_error if ex.error is not None else ex.t_end)
+    for one in judged:
+        if one.classified.outcome is not Outcome.OK:
+            said = Classified(one.classified.outcome,
+                              f"WebSocket turn {one.turn.index} of {len(judged)}: {one.classified.detail}")  # fmt: skip
+            return ExchangeAnalysis(WS_DIALECT, True, one.analysis, said, one.ended_at)
+    last = judged[-1].analysis if judged else None
+    count = f"WebSocket: {len(judged)} turn(s)"
     if not ex.finished and close is None:
         # Every turn answered and none in flight: an open socket between turns is no wedge.
         open_ = f"{count}; the socket was still open when the recording ended"
         kind = Outcome.NOT_RECORDED if ex.not_recorded is not None else Outcome.OK
         return ExchangeAnalysis(WS_DIALECT, True, last, Classified(kind, open_), ended)
     if close is not None and close.by != "client":
-        idle = close.t - (found[-1].t_end or found[-1].t_request) if found else close.t - ex.t_request
+        since = judged[-1].ended_at if judged and judged[-1].ended_at is not None else ex.t_request
         state = Classified(Outcome.RESET, f"{count}; between turns the socket was {close.describe()}, "
-                                          f"{max(idle, 0.0):.1f} s after the last turn ended")  # fmt: skip
+                                          f"{max(close.t - since, 0.0):.1f} s after the last turn ended")  # fmt: skip
         return ExchangeAnalysis(WS_DIALECT, True, last, state, ended)
+    how = close.describe() if close is not None else (ex.error or "")
     return ExchangeAnalysis(WS_DIALECT, True, last, Classified(Outcome.OK, f"{count}; {how}" if how else count), ended)
 
 

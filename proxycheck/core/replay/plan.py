@@ -42,13 +42,16 @@ from proxycheck.core.recording.bodies import join_body, prefix_digests
 from proxycheck.core.recording.journal import RecordedExchange
 from proxycheck.core.recording.redact import Headers, Redacted
 from proxycheck.core.recording.sessions import SessionName, think_time
+from proxycheck.core.recording import websocket
 from proxycheck.core.recording.websocket import is_upgrade
 from proxycheck.core.replay.patience import RecordedClient, client_patience, stated_timeout
 from proxycheck.core.recording.summary import (
+    WS_DIALECT,
     ExchangeAnalysis,
     SessionSummary,
     TurnSummary,
     analyze,
+    socket_turns,
     ended_at,
     requests_stream,
 )
@@ -219,6 +222,9 @@ class PlannedSession:
     turns: tuple[PlannedTurn, ...]
     label: str = ""
     key: str | None = None
+    # "http", or "websocket": the turns are messages on one socket (the Responses API's WebSocket
+    # mode), whose handshake is the first turn's url and headers (`plan_socket`).
+    transport: str = "http"
 
     @property
     def name(self) -> SessionName:
@@ -259,7 +265,10 @@ def plan_sessions(
             if ts.dialect is None and not include_non_llm:
                 continue
             if is_websocket_session(ex):
-                continue  # not replayed over HTTP: a WebSocket session goes over its own transport
+                socket = plan_socket(summary, ex, origin)
+                if socket is not None:
+                    out.append(socket)
+                continue  # never sent as an HTTP request: a WebSocket session goes over its own transport
             planned = _plan_turn(summary.id, ts, ex, resolve, prev, origin)
             turns.append(planned)
             prev = (planned, ex)
@@ -277,12 +286,57 @@ def is_websocket_session(ex: RecordedExchange) -> bool:
 
 
 def websocket_left_out(exchanges: Sequence[RecordedExchange]) -> str | None:
-    """The warning a replay gives when the recording holds WebSocket sessions, which it leaves out."""
-    count = sum(1 for x in exchanges if is_websocket_session(x))
+    """The warning a replay gives for the WebSocket sessions it cannot send: an upgrade without
+    a turn on its socket (refused, or never used): nothing of the conversation to replay."""
+    count = sum(1 for x in exchanges if is_websocket_session(x) and not websocket.turns(x.ws))
     if not count:
         return None
-    return (f"{count} WebSocket session(s) (the Responses API's WebSocket mode) are left out: replay, check and bench "
-            "do not send WebSocket sessions yet; `proxycheck sessions` lists them")
+    return (f"{count} WebSocket upgrade(s) without a turn on their socket (refused, or never used) are left out: "
+            "nothing of a conversation to replay; `proxycheck sessions` lists them")
+
+
+def plan_socket(summary: SessionSummary, ex: RecordedExchange, origin: float) -> PlannedSession | None:
+    """A recorded WebSocket session as a replay sends it (None: no turn on it): one socket, its
+    handshake the recorded one (`url`, the headers kept as for any request), a turn per
+    `response.create` message, sent exactly as recorded but for `previous_response_id`, which
+    the replayer maps to the ids its engine gives (`proxycheck.core.replay.socket`); each after
+    the recorded think time since the turn before ended. What the recording saw of each turn is
+    `socket_turns`' judgement of it."""
+    judged = socket_turns(ex)
+    if not judged:
+        return None
+    headers = replay_headers(ex.request_headers)
+    client = ex.conn.client_id if ex.conn else None
+    close = ex.ws_close
+    gave_up = close is not None and close.by == "client" or (ex.error or "").lower().startswith("client")
+    turns: list[PlannedTurn] = []
+    prev_end: float | None = None
+    for one in judged:
+        turn, analysis = one.turn, one.analysis
+        times = analysis.content_times
+        t0 = turn.t_request
+        last = max([t0, *(m.t for m in turn.answer)])
+        waited = None
+        if one.classified.outcome.is_failure and turn.terminal is None and gave_up and one.ended_at is not None:
+            waited = round(one.ended_at - max(t0, analysis.last_content or t0), 6)
+        marks = sorted([t0, *(m.t for m in turn.answer), *([one.ended_at] if one.ended_at is not None and not waited else [])])
+        recorded = RecordedOutcome(
+            outcome=one.classified.outcome, detail=one.classified.detail, status=200, headers_time=0.0,
+            ttft=None if analysis.first_content is None else round(analysis.first_content - t0, 6),
+            duration=None if one.ended_at is None else round(one.ended_at - t0, 6),
+            gaps=tuple(round(b - a, 6) for a, b in zip(times, times[1:])), result=analysis.result,
+            client_waited=waited, client_waited_for_headers=False,
+            sat_through=round(max((b - a for a, b in zip(marks, marks[1:])), default=0.0), 6),
+        )  # fmt: skip
+        turns.append(PlannedTurn(
+            session=summary.id, turn=turn.index, xid=ex.xid, method="WS", url=ex.url, dialect=WS_DIALECT,
+            streamed=True, http_version=ex.http_version, headers=headers, body=turn.body,
+            think_time=None if prev_end is None else think_time(prev_end, t0), new_connection=not turns,
+            client_id=client, recorded=recorded, redacted=ex.redacted, recorded_at=round(t0 - origin, 6),
+        ))  # fmt: skip
+        prev_end = one.ended_at if one.ended_at is not None else last
+    return PlannedSession(summary.id, summary.grouped_by, WS_DIALECT, round(ex.t_request - origin, 6), tuple(turns),
+                          summary.label or summary.id, summary.key, transport="websocket")  # fmt: skip
 
 
 def _plan_turn(
@@ -663,8 +717,10 @@ class ChainedSession:
 def turns_naming_responses(sessions: Iterable[PlannedSession]) -> int:
     """How many turns name, in `previous_response_id`, a response the recording saw: an exact
     replay sends those recorded ids to an engine that never gave them (a server that checks
-    answers 400 `previous_response_not_found`); chained mode names the live responses instead."""
-    planned = [t for s in sessions for t in s.turns]
+    answers 400 `previous_response_not_found`); chained mode names the live responses instead.
+    A WebSocket session's turns are not counted: its replay always names the live responses
+    (`proxycheck.core.replay.socket`)."""
+    planned = [t for s in sessions if s.transport != "websocket" for t in s.turns]
     seen = {t.recorded.result.response_id for t in planned if t.recorded.result is not None}
     return sum(1 for t in planned if (named := _named_response(t)) is not None and named in seen)
 

@@ -1,0 +1,67 @@
+"""What a replay of a WebSocket session sends: its handshake's headers and each turn's message.
+
+A recorded socket (`proxycheck.core.replay.plan.plan_socket`) is replayed as one socket per
+recorded socket, its turns' `response.create` messages sent as recorded, but for one member:
+the server keeps a socket's responses in that socket's memory, and a later turn names the one it
+continues (`previous_response_id`), an id the engine replayed against never gave. Each turn's
+live response is paired with the id its recorded response carried, and a later turn naming a
+recorded id is sent naming the live one (`SocketIds`); an id with no live partner (its turn got
+no response live) is sent as recorded: what the engine says to it is a consequence of the replay.
+A message with nothing to map is sent byte for byte; a mapped one is re-serialized.
+
+The handshake's headers are the recorded request's, kept as for any request
+(`plan.replay_headers`), less those the WebSocket client makes for each handshake of its own (the
+key, the version, the extensions it offers).
+
+Pure: bytes and ids in, bytes out.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable
+
+# Made per handshake by the client (RFC 6455 4.1): never replayed from a recording.
+HANDSHAKE_OWN = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
+                           "sec-websocket-accept", "upgrade", "connection", "host"})  # fmt: skip
+
+
+def handshake_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The headers of a replayed handshake (see the module docstring)."""
+    return {name: value for name, value in headers if name.lower() not in HANDSHAKE_OWN}
+
+
+def ws_url(url: str) -> str:
+    """The WebSocket URL of an http(s) URL (`ws://`, `wss://`)."""
+    if url.startswith("https://"):
+        return "wss://" + url[len("https://") :]
+    if url.startswith("http://"):
+        return "ws://" + url[len("http://") :]
+    return url
+
+
+class SocketIds:
+    """Recorded response ids paired with the live ones of one replayed socket."""
+
+    def __init__(self) -> None:
+        self._live: dict[str, str] = {}
+
+    def record(self, recorded: str | None, live: str | None) -> None:
+        """Turn's recorded response id `recorded` got `live` on the replayed socket."""
+        if recorded and live:
+            self._live[recorded] = live
+
+    def message(self, body: bytes) -> bytes:
+        """The message to send for a turn recorded as `body`."""
+        try:
+            doc = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return body
+        if not isinstance(doc, dict):
+            return body
+        named = doc.get("previous_response_id")
+        live = self._live.get(named) if isinstance(named, str) else None
+        if live is None:
+            return body
+        doc["previous_response_id"] = live
+        return json.dumps(doc, separators=(",", ":")).encode()

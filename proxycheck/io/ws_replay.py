@@ -1,0 +1,199 @@
+"""The replayer's WebSocket transport: one recorded WebSocket session replayed over one socket.
+
+A new transport beside the HTTP one (`proxycheck.io.observe`), not branches through it: the
+replayer (`proxycheck.io.replayer`) hands a session whose plan says `transport == "websocket"`
+here (`run_socket`), with the same context (route, run, alarms, sink) it gives an HTTP session.
+
+* The socket: one per recorded socket, opened on the route's URL (`ws://` / `wss://`, TLS as the
+  route verifies it) through the route's forward hop if any (an HTTP proxy: CONNECT for `wss://`;
+  a SOCKS5 proxy: `proxycheck.io.proxying`), with the handshake's recorded headers and the
+  route's own (`proxycheck.core.replay.socket.handshake_headers`). On aiohttp, whichever client
+  stack the replay was asked for: httpx has no WebSocket client.
+* Each turn is one exchange of the sans-IO exchange machine (`proxycheck.core.exchange.machine`),
+  so every outcome rule, watchdog and the client's patience apply as for a stream: the send (the
+  first turn's includes the handshake, and a handshake answered with another status than 101 is
+  that status: a refused upgrade), the answer's first message as its "headers", each server
+  message as the SSE event that carries it (`proxycheck.core.recording.websocket.as_sse`), its
+  terminal event as the stream's end; a close or a cut of the socket mid-answer is the transport
+  error that ends it (`reset`).
+* Between turns: the recorded think time, measured from the end of the turn before. A socket
+  that closed while it waited is the next turn's failure, said with how long it had been idle
+  ("the socket was closed by the server (1001) 12.3 s into the wait before this turn").
+* After a failure the socket is done with (a watchdog's cut, a close): the turns left are not
+  sent (they continue the socket's memory, which no other socket has) and each is observed as
+  failed for that reason, so the run holds every turn and a route fails from the turn that broke.
+* `previous_response_id` of each message is mapped to the live ids (`SocketIds`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+
+from proxycheck.core.exchange.machine import (
+    BodyData,
+    ErrorKind,
+    ExchangeMachine,
+    RequestSent,
+    ResponseHeaders,
+    StreamClosed,
+    TransportError,
+    WatchdogExpired,
+)
+from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.exchange.outcomes import Outcome, Watchdog
+from proxycheck.core.recording.websocket import TERMINAL, WsMessage, as_sse
+from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, think_delay
+from proxycheck.core.replay.socket import SocketIds, handshake_headers, ws_url
+from proxycheck.io.proxying import aiohttp_session
+
+__all__ = ["run_socket"]
+
+SSE = (("content-type", "text/event-stream"),)
+
+
+class _Ended(Exception):
+    """The socket is done with: the turns left are not sent (`why`)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+async def run_socket(session: PlannedSession, ctx: Any, start_at: float | None, headers_for: Any,
+                     observed: Any) -> None:  # fmt: skip
+    """Replay one WebSocket session over one socket (see the module docstring). `headers_for(turn)`
+    gives a turn's request headers as the replayer builds them; `observed(obs, turn, result)`
+    hands an observation on (keys, sink, listener) as the replayer does for HTTP."""
+    ids = SocketIds()
+    first = session.turns[0]
+    url = ws_url(ctx.route.url_for(first.url))
+    headers = handshake_headers(headers_for(first).items())
+    client = aiohttp_session(ctx.route, tls=ctx.tls, limit=0, auto_decompress=True)
+    ws: aiohttp.ClientWebSocketResponse | None = None
+    ended: str | None = None
+    prev_end: float | None = None
+    try:
+        for turn in session.turns:
+            wake = start_at if prev_end is None else prev_end + _think(turn, ctx)
+            if wake is not None:
+                await ctx.alarms.sleep_until(wake)
+            if not ctx.budget.take():
+                return
+            if ended is not None:
+                observed(_not_sent(turn, ctx, ended), turn, None)
+                continue
+            body = ids.message(turn.body)
+            ctx.listener.request(ctx.route, turn, url, headers, body)
+            machine = ExchangeMachine(dialect=turn.dialect, streamed=True, watchdogs=ctx.options.watchdogs,
+                                      request_body=body)  # fmt: skip
+            try:
+                if ws is None:
+                    ws = await _open(client, url, headers, machine, ctx)
+                else:
+                    await _send(ws, body, machine, prev_end)
+                result = await _answer(ws, machine, ctx)
+            except _Ended as exc:
+                ended = exc.why
+                result = None
+            obs = machine.observation(clock_origin=ctx.origin, reused=turn is not first, idle=None, connection=1)
+            observed(obs, turn, result)
+            prev_end = ctx.origin + obs.t_start + (obs.end or 0.0)
+            if obs.outcome.is_failure and ended is None:
+                ended = f"the socket was given up after turn {turn.turn} failed ({obs.outcome.value})"
+            if result is not None and turn.recorded.result is not None:
+                ids.record(turn.recorded.result.response_id, result.response_id)
+    finally:
+        if ws is not None and not ws.closed:
+            await asyncio.shield(ws.close())
+        await asyncio.shield(client.close())
+
+
+def _think(turn: PlannedTurn, ctx: Any) -> float:
+    return think_delay(turn, ctx.options.pace)
+
+
+async def _open(client: aiohttp.ClientSession, url: str, headers: dict[str, str], machine: ExchangeMachine,
+                ctx: Any) -> aiohttp.ClientWebSocketResponse:  # fmt: skip
+    """The handshake, as the first turn's start: a refused upgrade ends the turn with its status."""
+    machine.handle(RequestSent(time.monotonic()))
+    try:
+        ws = await asyncio.wait_for(client.ws_connect(url, headers=headers, autoping=True, heartbeat=None, max_msg_size=0),
+                                    timeout=ctx.options.watchdogs.headers_limit)  # fmt: skip
+    except asyncio.TimeoutError:
+        machine.handle(WatchdogExpired(time.monotonic(), Watchdog.HEADERS))
+        raise _Ended("the upgrade was never answered") from None
+    except aiohttp.WSServerHandshakeError as exc:
+        now = time.monotonic()
+        machine.handle(ResponseHeaders(now, exc.status, tuple((exc.headers or {}).items()), "HTTP/1.1"))
+        machine.handle(StreamClosed(now))
+        raise _Ended(f"the upgrade was refused (HTTP {exc.status})") from None
+    except (aiohttp.ClientConnectorError, aiohttp.ClientProxyConnectionError, OSError) as exc:
+        machine.handle(TransportError(time.monotonic(), ErrorKind.CONNECT, f"{type(exc).__name__}: {exc}"))
+        raise _Ended("no connection") from None
+    await ws.send_str(machine.request_body.decode("utf-8", "surrogateescape"))
+    machine.handle(ResponseHeaders(time.monotonic(), 200, SSE, "HTTP/1.1"))
+    return ws
+
+
+async def _send(ws: aiohttp.ClientWebSocketResponse, body: bytes, machine: ExchangeMachine,
+                prev_end: float | None) -> None:  # fmt: skip
+    """A later turn's message on the open socket; a socket that closed meanwhile fails the turn."""
+    machine.handle(RequestSent(time.monotonic()))
+    if ws.closed or ws.close_code is not None:
+        idle = time.monotonic() - prev_end if prev_end is not None else 0.0
+        words = _closed_words(ws)
+        machine.handle(TransportError(time.monotonic(), ErrorKind.RESET,
+                                      f"{words} {idle:.1f} s into the wait before this turn"))  # fmt: skip
+        raise _Ended(words)
+    try:
+        await ws.send_str(body.decode("utf-8", "surrogateescape"))
+    except (ConnectionError, aiohttp.ClientError, RuntimeError) as exc:
+        machine.handle(TransportError(time.monotonic(), ErrorKind.RESET, f"the socket failed on send: {exc}"))
+        raise _Ended("the socket failed") from None
+    machine.handle(ResponseHeaders(time.monotonic(), 200, SSE, "HTTP/1.1"))
+
+
+async def _answer(ws: aiohttp.ClientWebSocketResponse, machine: ExchangeMachine, ctx: Any) -> Any:
+    """The turn's answer, message by message, to its terminal event, a close, or a watchdog."""
+    while not machine.ended:
+        wait = machine.wait
+        timeout = None if wait is None else max(0.0, wait.at - time.monotonic())
+        try:
+            msg = await ws.receive(timeout=timeout)
+        except asyncio.TimeoutError:
+            assert wait is not None
+            machine.handle(WatchdogExpired(time.monotonic(), wait.watchdog))
+            raise _Ended(f"the turn's {wait.watchdog.value} watchdog cut it") from None
+        now = time.monotonic()
+        ctx.alarms.ring()
+        if msg.type == aiohttp.WSMsgType.TEXT:
+            data = msg.data.encode("utf-8", "surrogateescape")
+            message = WsMessage(now, False, data)
+            machine.handle(BodyData(now, as_sse([message])[0][1]))
+            if message.type in TERMINAL and not machine.ended:
+                machine.handle(StreamClosed(now))
+        elif msg.type == aiohttp.WSMsgType.BINARY:
+            machine.handle(BodyData(now, as_sse([WsMessage(now, False, msg.data, False)])[0][1]))
+        else:  # CLOSE, CLOSING, CLOSED, ERROR: the socket ended mid-answer
+            words = _closed_words(ws)
+            machine.handle(TransportError(now, ErrorKind.RESET, f"{words} mid-answer"))
+            raise _Ended(words)
+    return machine.result
+
+
+def _closed_words(ws: aiohttp.ClientWebSocketResponse) -> str:
+    code = ws.close_code
+    if code is None or code == 1006:
+        return "the socket was cut without a close frame (1006)"
+    return f"the socket was closed by the server ({code})"
+
+
+def _not_sent(turn: PlannedTurn, ctx: Any, why: str) -> Observation:
+    """A turn the socket's end left unsent: failed for that reason (see the module docstring)."""
+    t = time.monotonic() - ctx.origin
+    return Observation(t_start=round(t, 6), end=0.0, streamed=True, request_bytes=len(turn.body),
+                       outcome=Outcome.RESET, detail=f"not sent: {why}")  # fmt: skip

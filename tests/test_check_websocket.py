@@ -1,0 +1,84 @@
+"""`check` on WebSocket sessions (the Responses API's WebSocket mode): recorded through the recorder
+from a client driving one socket per session, replayed one socket per recorded socket, direct and
+through a mitmdump hop, and judged turn by turn as HTTP turns are.
+
+What a user sees: a healthy chain is `healthy` with every turn of every socket observed on every
+route (the later turns continue the live responses: the recorded ids mapped); an engine that cuts
+its sockets at turn 2 is `server` from turn 2, the turns after it on the same socket not sent
+(they continue that socket's memory) and said so; a replay never sends a socket's upgrade as a
+plain HTTP request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+from processes import EngineFactory, MitmdumpFactory, write_chain
+from websocket_clients import converse, ws_url
+
+from proxycheck import cli
+from proxycheck.io.runstore import load_run
+
+pytestmark = pytest.mark.timeout(120)
+
+FAST = ("--token-interval", "0.005", "--ttft-base", "0.02")
+TURNS = 3
+
+
+def recorded(engines: EngineFactory, mitmdumps: MitmdumpFactory, out: Path, sockets: int = 2) -> Path:
+    engine = engines(*FAST)
+    recorder = mitmdumps.recorder(engine, out)
+
+    async def all_of_them() -> None:
+        await asyncio.gather(*(converse(ws_url(recorder), TURNS) for _ in range(sockets)))
+
+    asyncio.run(all_of_them())
+    time.sleep(0.5)  # the recorder's last records follow the client's close by a moment
+    recorder.stop()
+    engine.stop()
+    return out
+
+
+def check(tmp: Path, recording: Path, chain: Path) -> tuple[int, dict]:
+    out = tmp / f"run-{time.monotonic_ns()}"
+    verdict = out.with_suffix(".json")
+    status = cli.main(["check", str(recording), "--chain", str(chain), "--out", str(out), "--json", str(verdict)])
+    return status, json.loads(verdict.read_text())
+
+
+def test_a_healthy_chain_replays_every_socket_turn_by_turn(engines: EngineFactory, mitmdumps: MitmdumpFactory,
+                                                          tmp_path: Path) -> None:  # fmt: skip
+    recording = recorded(engines, mitmdumps, tmp_path / "rec")
+    engine = engines(*FAST)
+    hop = mitmdumps.faults(engine)  # a mitmproxy hop with no fault: sockets pass through it
+    chain = write_chain(tmp_path / "chain.toml", engine.url, [("edge", hop.url)])
+    status, doc = check(tmp_path, recording, chain)
+    assert status == 0 and doc["verdict"] == "healthy", doc["summary"]
+    routes = {r["route"]: r for r in doc["routes"]}
+    assert routes["direct"]["outcomes"] == {"ok": 2 * TURNS * routes["direct"]["repetitions"]}
+    assert routes["via:edge"]["outcomes"] == {"ok": 2 * TURNS * routes["via:edge"]["repetitions"]}
+    run = load_run(doc["run"])
+    turns = sorted({(o.session, o.turn) for o in run.observations})
+    assert len(turns) == 2 * TURNS and {t for _, t in turns} == {1, 2, 3}
+    # Later turns continued the live responses (ids mapped): they were answered, not refused.
+    assert all(o.outcome.value == "ok" and o.result is not None and o.result.terminal for o in run.observations)
+    assert all(o.reused for o in run.observations if o.turn > 1)
+
+
+def test_an_engine_that_cuts_its_sockets_at_turn_2_is_the_server_from_turn_2(
+    engines: EngineFactory, mitmdumps: MitmdumpFactory, tmp_path: Path
+) -> None:
+    recording = recorded(engines, mitmdumps, tmp_path / "rec")
+    engine = engines(*FAST, "--fault", "close:after=3,from_turn=2")
+    chain = write_chain(tmp_path / "chain.toml", engine.url, [])
+    status, doc = check(tmp_path, recording, chain)
+    assert status == 1 and (doc["verdict"], doc["culprit"], doc["first_turn"]) == ("server", "engine", 2), doc["summary"]
+    found = {(f["turn"], f["outcome"]) for f in doc["findings"]}
+    assert (2, "reset") in found and (3, "reset") in found, found
+    third = [f for f in doc["findings"] if f["turn"] == 3]
+    assert all(f["detail"].startswith("not sent: ") for f in third), third
+    second = [f for f in doc["findings"] if f["turn"] == 2]
+    assert all("without a close frame" in f["detail"] for f in second), second

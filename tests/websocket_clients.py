@@ -1,0 +1,44 @@
+"""A client of the Responses API's WebSocket mode for the tests: one socket per session, as Codex
+drives one, turns continuing each other with `previous_response_id` (aiohttp's WebSocket client)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+
+TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
+
+
+def ws_url(proc: Any) -> str:
+    return proc.url.replace("http://", "ws://") + "/v1/responses"
+
+
+async def converse(url: str, turns_: int = 2, *, key: str | None = None) -> list[list[dict[str, Any]]]:
+    """One socket, `turns_` turns continuing each other; every turn's events (the last may be cut)."""
+    out: list[list[dict[str, Any]]] = []
+    previous = None
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url, headers={"OpenAI-Beta": "responses_websockets=2026-02-06"}) as ws:
+            for i in range(turns_):
+                body: dict[str, Any] = {"type": "response.create", "model": "m", "max_output_tokens": 8,
+                                        "input": [{"role": "user", "content": f"step {i}"}]}  # fmt: skip
+                if previous:
+                    body["previous_response_id"] = previous
+                if key:
+                    body["api_key"] = key  # a credential in a message, as some clients send one
+                await ws.send_str(json.dumps(body))
+                events: list[dict[str, Any]] = []
+                while True:
+                    msg = await ws.receive(timeout=10)
+                    if msg.type != aiohttp.WSMsgType.TEXT:
+                        break
+                    events.append(json.loads(msg.data))
+                    if events[-1]["type"] in TERMINAL:
+                        break
+                out.append(events)
+                if not events or events[-1]["type"] != "response.completed":
+                    break
+                previous = events[-1]["response"]["id"]
+    return out
