@@ -82,3 +82,21 @@ def test_an_engine_that_cuts_its_sockets_at_turn_2_is_the_server_from_turn_2(
     assert all(f["detail"].startswith("not sent: ") for f in third), third
     second = [f for f in doc["findings"] if f["turn"] == 2]
     assert all("without a close frame" in f["detail"] for f in second), second
+
+
+def test_minimize_bench_and_export_say_what_they_do_not_do_with_sockets(engines: EngineFactory, mitmdumps: MitmdumpFactory,
+                                                                  tmp_path: Path, capsys: pytest.CaptureFixture) -> None:  # fmt: skip
+    recording = recorded(engines, mitmdumps, tmp_path / "rec", sockets=1)
+    engine = engines(*FAST)
+    chain = write_chain(tmp_path / "chain.toml", engine.url, [])
+    assert cli.main(["minimize", str(recording), "--chain", str(chain), "--route", "direct", "--out",
+                     str(tmp_path / "min")]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "holds 1 WebSocket session(s), which minimize does not shrink yet" in err and not (tmp_path / "min").exists()
+    assert cli.main(["bench", str(recording), "--chain", str(chain), "--route", "direct", "--requests", "2", "--concurrency", "1",
+                     "--out", str(tmp_path / "bench")]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "1 WebSocket session(s) left out: bench sends HTTP requests only" in err
+    assert "no LLM requests to send over HTTP" in err
+    assert cli.main(["export", str(recording), "--har", str(tmp_path / "out.har")]) == 0
+    assert "1 WebSocket session(s) exported as their handshake only" in capsys.readouterr().err

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from proxycheck.commandline.common import (
     load_sessions,
+    print_warnings,
     non_negative_int,
     non_negative_seconds,
     positive_int,
@@ -118,9 +119,13 @@ def run(args: argparse.Namespace) -> int:
     route = chain.route(args.route)
     check_tls([route])
     sessions = load_sessions(args.directory)
+    sockets = [s for s in sessions if s.transport == "websocket"]
+    if sockets:  # a load of independent requests: a socket's turns are not that
+        print_warnings([f"{args.directory}: {len(sockets)} WebSocket session(s) left out: bench sends HTTP requests only"])
+        sessions = [s for s in sessions if s.transport != "websocket"]
     turns = request_cycle(sessions)
     if not turns:
-        raise BadInput(args.directory, "no LLM requests to send")
+        raise BadInput(args.directory, "no LLM requests to send" + (" over HTTP" if sockets else ""))
     options = BenchOptions(
         watchdogs=watchdogs_of(args, sessions, patience=False), concurrency=args.concurrency, rate=args.rate,
         burstiness=args.burstiness, duration=args.duration, requests=args.requests, warmup=args.warmup,

@@ -258,6 +258,8 @@ def focus(sessions: Sequence[PlannedSession], sample: int = CLEAN_SAMPLE) -> Foc
         session = by_id[sid]
         turn = session.turns[_first_failure(session) or 0]
         for other, start, upto in in_flight_with(sessions, session, turn):
+            if other.transport == "websocket":
+                start = 0  # a socket's turns continue its memory: replayed from its first turn
             if other.id in failing:
                 keep_to[other.id] = max(keep_to[other.id], upto)
                 continue

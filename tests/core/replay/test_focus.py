@@ -261,3 +261,16 @@ def test_a_focus_starts_at_once_however_late_its_sessions_were_recorded() -> Non
     clean = [session(f"c{i}", 400 + 100 * i, [(0, 1, OK), (30, 1, OK), (30, 1, OK), (30, 1, OK)]) for i in range(4)]
     for plan in plan_passes([failing, *clean]):
         assert min(s.start for s in plan.sessions) == 0, plan.name
+
+
+def test_a_socket_in_flight_with_a_failure_is_replayed_from_its_first_turn() -> None:
+    # The companion's turns 1-2 ended before the failure; an HTTP session starts at its turn in
+    # flight with it (3), a WebSocket session at its first: its turns continue the socket's memory.
+    failing = session("f", 100, [(0, 1, OK), (5, 10, STALL)])  # turn 2 in flight 106-116
+    http = session("h", 90, [(0, 1, OK), (5, 1, OK), (10, 5, OK)])  # turn 3 at 107
+    socket = replace(session("w", 90, [(0, 1, OK), (5, 1, OK), (10, 5, OK)]), transport="websocket")
+    for companion, first in ((http, 3), (socket, 1)):
+        chosen = focus([failing, companion], sample=0)
+        assert chosen is not None and chosen.companions == (companion.id,)
+        kept = next(s for s in chosen.sessions if s.id == companion.id)
+        assert kept.turns[0].turn == first, (companion.transport, [t.turn for t in kept.turns])
