@@ -229,6 +229,8 @@ async def test_ws_close_sends_a_close_frame_with_its_code(engines: EngineFactory
         assert [(await receive(ws))["type"] for _ in range(2)] == ["response.created", "response.in_progress"]
         msg = await ws.receive(timeout=WAIT)
         assert msg.type == aiohttp.WSMsgType.CLOSE and msg.data == 1011
+    # Over HTTP the fault is not there: the whole stream, to its terminal event.
+    assert post_events(proc, {"model": "m", "input": "hi", "max_output_tokens": 5})[-1]["type"] == "response.completed"
 
 
 async def test_a_pause_is_a_silence_then_the_rest(engines: EngineFactory) -> None:
@@ -286,9 +288,12 @@ async def test_the_engine_stopping_closes_its_sockets_going_away(engines: Engine
     proc = engines(*FAST)
     async with aiohttp.ClientSession() as session, session.ws_connect(ws_url(proc)) as ws:
         assert (await turn(ws, create(input="hi", max_output_tokens=2)))[-1]["type"] == "response.completed"
-        proc.stop()
+        stopping = asyncio.ensure_future(asyncio.to_thread(proc.stop))  # SIGTERM, waited for in a thread
         msg = await ws.receive(timeout=WAIT)
         assert msg.type == aiohttp.WSMsgType.CLOSE and msg.data == aiohttp.WSCloseCode.GOING_AWAY
+        # The client's answer lets the engine end at once, as it ends without a socket: exit 0,
+        # not killed after the grace period.
+        assert await asyncio.wait_for(stopping, WAIT) == 0
 
 
 async def test_a_warm_up_generates_nothing_and_is_continued(tool_engine) -> None:
