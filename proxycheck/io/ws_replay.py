@@ -22,6 +22,13 @@ here (`run_socket`), with the same context (route, run, alarms, sink) it gives a
 * After a failure the socket is done with (a watchdog's cut, a close): the turns left are not
   sent (they continue the socket's memory, which no other socket has) and each is observed as
   failed for that reason, so the run holds every turn and a route fails from the turn that broke.
+* The socket's end while idle: where the recording shows the chain closing or cutting the socket
+  after its last turn (a hop's idle timeout), the plan adds that end as a last turn with nothing
+  to send (`PlannedTurn.socket_end`); the replay watches the socket as long (and half again: a
+  hop's timer is not exact): a close or cut in that time is the same end (`reset`, with the idle
+  it came after), a socket still open outlived it (`ok`).
+* A socket is read by one pending receive at a time, never given a timeout (aiohttp marks a socket
+  closed when a receive times out): a close while the replay waits a think time is seen then.
 * `previous_response_id` of each message is mapped to the live ids (`SocketIds`).
 """
 
@@ -63,6 +70,54 @@ class _Ended(Exception):
         self.why = why
 
 
+class _Socket:
+    """An open socket and its one pending receive. aiohttp marks a socket closed when a receive
+    times out, so a receive is never given a timeout: it stays pending across a think time, a
+    watchdog's deadline is a wait on it, and a close that comes while nothing is sent is seen
+    when it comes."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self._pending: asyncio.Future[aiohttp.WSMessage] | None = None
+        self.closed_at: float | None = None  # when a close (or a cut) came while nothing was asked
+
+    async def receive(self, timeout: float | None) -> aiohttp.WSMessage | None:
+        """The next message, or None when `timeout` passed first (the receive stays pending)."""
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self.ws.receive())
+        done, _ = await asyncio.wait({self._pending}, timeout=timeout)
+        if not done:
+            return None
+        message, self._pending = self._pending.result(), None
+        return message
+
+    async def watch_until(self, when: float, alarms: Any) -> None:
+        """Wait until `when` (the replayer's alarms), noting a close that comes meanwhile."""
+        if self.closed_at is not None:
+            await alarms.sleep_until(when)
+            return
+        sleeper = asyncio.ensure_future(alarms.sleep_until(when))
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self.ws.receive())
+        try:
+            done, _ = await asyncio.wait({sleeper, self._pending}, return_when=asyncio.FIRST_COMPLETED)
+            if self._pending in done and self._pending.result().type in _ENDS:
+                self.closed_at = time.monotonic()
+                await sleeper
+        finally:
+            if not sleeper.done():
+                sleeper.cancel()
+
+    async def close(self) -> None:
+        if self._pending is not None and not self._pending.done():
+            self._pending.cancel()
+        if not self.ws.closed:
+            await self.ws.close()
+
+
+_ENDS = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR)
+
+
 async def run_socket(session: PlannedSession, ctx: Any, start_at: float | None, headers_for: Any,
                      observed: Any) -> None:  # fmt: skip
     """Replay one WebSocket session over one socket (see the module docstring). `headers_for(turn)`
@@ -73,14 +128,23 @@ async def run_socket(session: PlannedSession, ctx: Any, start_at: float | None, 
     url = ws_url(ctx.route.url_for(first.url))
     headers = handshake_headers(headers_for(first).items())
     client = aiohttp_session(ctx.route, tls=ctx.tls, limit=0, auto_decompress=True)
-    ws: aiohttp.ClientWebSocketResponse | None = None
+    sock: _Socket | None = None
     ended: str | None = None
     prev_end: float | None = None
     try:
         for turn in session.turns:
             wake = start_at if prev_end is None else prev_end + _think(turn, ctx)
+            if turn.socket_end:
+                if ended is None and sock is not None and prev_end is not None:
+                    observed(await _idle_end(sock, turn, ctx, prev_end), turn, None)
+                else:
+                    observed(_not_sent(turn, ctx, ended or "the socket was never open"), turn, None)
+                continue
             if wake is not None:
-                await ctx.alarms.sleep_until(wake)
+                if sock is not None:
+                    await sock.watch_until(wake, ctx.alarms)
+                else:
+                    await ctx.alarms.sleep_until(wake)
             if not ctx.budget.take():
                 return
             if ended is not None:
@@ -91,11 +155,11 @@ async def run_socket(session: PlannedSession, ctx: Any, start_at: float | None, 
             machine = ExchangeMachine(dialect=turn.dialect, streamed=True, watchdogs=ctx.options.watchdogs,
                                       request_body=body)  # fmt: skip
             try:
-                if ws is None:
-                    ws = await _open(client, url, headers, machine, ctx)
+                if sock is None:
+                    sock = _Socket(await _open(client, url, headers, machine, ctx))
                 else:
-                    await _send(ws, body, machine, prev_end)
-                result = await _answer(ws, machine, ctx)
+                    await _send(sock, body, machine, prev_end)
+                result = await _answer(sock, machine, ctx)
             except _Ended as exc:
                 ended = exc.why
                 result = None
@@ -107,9 +171,30 @@ async def run_socket(session: PlannedSession, ctx: Any, start_at: float | None, 
             if result is not None and turn.recorded.result is not None:
                 ids.record(turn.recorded.result.response_id, result.response_id)
     finally:
-        if ws is not None and not ws.closed:
-            await asyncio.shield(ws.close())
+        if sock is not None:
+            await asyncio.shield(sock.close())
         await asyncio.shield(client.close())
+
+
+IDLE_MARGIN = 1.5  # the socket's recorded idle end is watched this many times as long (and a second more)
+
+
+async def _idle_end(sock: _Socket, turn: PlannedTurn, ctx: Any, since: float) -> Observation:
+    """The recording shows the chain ending the socket while it sat idle after its last turn
+    (`plan_socket`): watch the socket as long (with a margin: a hop's idle timer is not exact).
+    Ended by the route within it: the same cut; still open: the route outlived it, and the
+    replay closes the socket itself."""
+    idle = _think(turn, ctx)
+    await sock.watch_until(since + idle * IDLE_MARGIN + 1.0, ctx.alarms)
+    t_start = round(since - ctx.origin, 6)
+    if sock.closed_at is not None:
+        waited = sock.closed_at - since
+        return Observation(t_start=t_start, end=round(waited, 6), streamed=True, outcome=Outcome.RESET,
+                           detail=f"{_closed_words(sock.ws)} {waited:.1f} s after the last turn ended, while it sat "
+                                  f"idle (the recording: {turn.recorded.detail})")  # fmt: skip
+    waited = time.monotonic() - since
+    return Observation(t_start=t_start, end=round(waited, 6), streamed=True, outcome=Outcome.OK,
+                       detail=f"the socket stayed open {waited:.1f} s after the last turn, past the recorded end")  # fmt: skip
 
 
 def _think(turn: PlannedTurn, ctx: Any) -> float:
@@ -139,12 +224,13 @@ async def _open(client: aiohttp.ClientSession, url: str, headers: dict[str, str]
     return ws
 
 
-async def _send(ws: aiohttp.ClientWebSocketResponse, body: bytes, machine: ExchangeMachine,
-                prev_end: float | None) -> None:  # fmt: skip
+async def _send(sock: _Socket, body: bytes, machine: ExchangeMachine, prev_end: float | None) -> None:
     """A later turn's message on the open socket; a socket that closed meanwhile fails the turn."""
     machine.handle(RequestSent(time.monotonic()))
-    if ws.closed or ws.close_code is not None:
-        idle = time.monotonic() - prev_end if prev_end is not None else 0.0
+    ws = sock.ws
+    if sock.closed_at is not None or ws.closed:
+        at = sock.closed_at if sock.closed_at is not None else time.monotonic()
+        idle = at - prev_end if prev_end is not None else 0.0
         words = _closed_words(ws)
         machine.handle(TransportError(time.monotonic(), ErrorKind.RESET,
                                       f"{words} {idle:.1f} s into the wait before this turn"))  # fmt: skip
@@ -157,17 +243,16 @@ async def _send(ws: aiohttp.ClientWebSocketResponse, body: bytes, machine: Excha
     machine.handle(ResponseHeaders(time.monotonic(), 200, SSE, "HTTP/1.1"))
 
 
-async def _answer(ws: aiohttp.ClientWebSocketResponse, machine: ExchangeMachine, ctx: Any) -> Any:
+async def _answer(sock: _Socket, machine: ExchangeMachine, ctx: Any) -> Any:
     """The turn's answer, message by message, to its terminal event, a close, or a watchdog."""
     while not machine.ended:
         wait = machine.wait
         timeout = None if wait is None else max(0.0, wait.at - time.monotonic())
-        try:
-            msg = await ws.receive(timeout=timeout)
-        except asyncio.TimeoutError:
+        msg = await sock.receive(timeout)
+        if msg is None:
             assert wait is not None
             machine.handle(WatchdogExpired(time.monotonic(), wait.watchdog))
-            raise _Ended(f"the turn's {wait.watchdog.value} watchdog cut it") from None
+            raise _Ended(f"the turn's {wait.watchdog.value} watchdog cut it")
         now = time.monotonic()
         ctx.alarms.ring()
         if msg.type == aiohttp.WSMsgType.TEXT:
@@ -179,7 +264,7 @@ async def _answer(ws: aiohttp.ClientWebSocketResponse, machine: ExchangeMachine,
         elif msg.type == aiohttp.WSMsgType.BINARY:
             machine.handle(BodyData(now, as_sse([WsMessage(now, False, msg.data, False)])[0][1]))
         else:  # CLOSE, CLOSING, CLOSED, ERROR: the socket ended mid-answer
-            words = _closed_words(ws)
+            words = _closed_words(sock.ws)
             machine.handle(TransportError(now, ErrorKind.RESET, f"{words} mid-answer"))
             raise _Ended(words)
     return machine.result

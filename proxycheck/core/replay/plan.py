@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 from proxycheck.core.errors import BadInput
-from proxycheck.core.exchange.outcomes import CLIENT_LEFT_WORDS, Outcome
+from proxycheck.core.exchange.outcomes import CLIENT_LEFT_WORDS, Classified, Outcome
 from proxycheck.core.exchange.watchdogs import DEFAULT_CONNECT, MIN_HEADERS, MIN_STALL, MIN_TOTAL, Watchdogs
 from proxycheck.core.protocol.result import Result, ToolCall
 from proxycheck.core.recording.bodies import join_body, prefix_digests
@@ -207,6 +207,10 @@ elsewhere): what tells which sessions were in flight together.
     backoff: float | None = None
     left_out: tuple[str, ...] = ()
     recorded_at: float | None = None  # the request's offset from the recording's first request
+    # A WebSocket session's recorded end while it sat idle after its last turn, closed or cut by the
+    # chain (not the client): nothing is sent; the replay watches the socket that long
+    # (`think_time`) for the same end (`plan_socket`).
+    socket_end: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,8 +339,24 @@ def plan_socket(summary: SessionSummary, ex: RecordedExchange, origin: float) ->
             client_id=client, recorded=recorded, redacted=ex.redacted, recorded_at=round(t0 - origin, 6),
         ))  # fmt: skip
         prev_end = one.ended_at if one.ended_at is not None else last
+    if close is not None and close.by != "client" and prev_end is not None and judged[-1].turn.terminal is not None:
+        # The chain ended the socket while it sat idle after its last turn: what the hop did then
+        # is part of what it did (an idle timeout), watched for as a last "turn" of the socket.
+        state = _analyze_socket_state(ex)
+        turns.append(PlannedTurn(
+            session=summary.id, turn=turns[-1].turn + 1, xid=ex.xid, method="WS", url=ex.url, dialect=WS_DIALECT,
+            streamed=True, http_version=ex.http_version, headers=headers, body=b"",
+            think_time=think_time(prev_end, close.t), new_connection=False, client_id=client,
+            recorded=RecordedOutcome(outcome=state.outcome, detail=state.detail, duration=0.0),
+            redacted=ex.redacted, recorded_at=round(prev_end - origin, 6), socket_end=True,
+        ))  # fmt: skip
     return PlannedSession(summary.id, summary.grouped_by, WS_DIALECT, round(ex.t_request - origin, 6), tuple(turns),
                           summary.label or summary.id, summary.key, transport="websocket")  # fmt: skip
+
+
+def _analyze_socket_state(ex: RecordedExchange) -> Classified:
+    """How the recording judges the socket as a whole (its end between turns)."""
+    return analyze(ex).classified
 
 
 def _plan_turn(
