@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -60,6 +61,7 @@ from proxycheck.io.proxying import aiohttp_session
 __all__ = ["run_socket"]
 
 SSE = (("content-type", "text/event-stream"),)
+WEBSOCKET = "websocket"  # `Observation.transport`
 
 
 class _Ended(Exception):
@@ -163,7 +165,8 @@ async def run_socket(session: PlannedSession, ctx: Any, start_at: float | None, 
             except _Ended as exc:
                 ended = exc.why
                 result = None
-            obs = machine.observation(clock_origin=ctx.origin, reused=turn is not first, idle=None, connection=1)
+            obs = replace(machine.observation(clock_origin=ctx.origin, reused=turn is not first, idle=None, connection=1),
+                          transport=WEBSOCKET)  # fmt: skip
             observed(obs, turn, result)
             prev_end = ctx.origin + obs.t_start + (obs.end or 0.0)
             if obs.outcome.is_failure and ended is None:
@@ -189,11 +192,11 @@ async def _idle_end(sock: _Socket, turn: PlannedTurn, ctx: Any, since: float) ->
     t_start = round(since - ctx.origin, 6)
     if sock.closed_at is not None:
         waited = sock.closed_at - since
-        return Observation(t_start=t_start, end=round(waited, 6), streamed=True, outcome=Outcome.RESET,
+        return Observation(t_start=t_start, end=round(waited, 6), streamed=True, outcome=Outcome.RESET, transport=WEBSOCKET,
                            detail=f"{_closed_words(sock.ws)} {waited:.1f} s after the last turn ended, while it sat "
                                   f"idle (the recording: {turn.recorded.detail})")  # fmt: skip
     waited = time.monotonic() - since
-    return Observation(t_start=t_start, end=round(waited, 6), streamed=True, outcome=Outcome.OK,
+    return Observation(t_start=t_start, end=round(waited, 6), streamed=True, outcome=Outcome.OK, transport=WEBSOCKET,
                        detail=f"the socket stayed open {waited:.1f} s after the last turn, past the recorded end")  # fmt: skip
 
 
@@ -281,4 +284,4 @@ def _not_sent(turn: PlannedTurn, ctx: Any, why: str) -> Observation:
     """A turn the socket's end left unsent: failed for that reason (see the module docstring)."""
     t = time.monotonic() - ctx.origin
     return Observation(t_start=round(t, 6), end=0.0, streamed=True, request_bytes=len(turn.body),
-                       outcome=Outcome.RESET, detail=f"not sent: {why}")  # fmt: skip
+                       outcome=Outcome.RESET, detail=f"not sent: {why}", transport=WEBSOCKET)  # fmt: skip

@@ -101,6 +101,8 @@ def test_nginx_cutting_an_idle_socket_is_named_at_the_turn_its_cut_ended(tmp_pat
         found = [f for f in doc["findings"] if f["route"] == "via:nginx"]
         assert found and {f["outcome"] for f in found} == {"reset"}
         assert all("while it sat idle" in f["detail"] for f in found), found
+        (said,) = [a for a in doc["advice"] if a["hop"] == "nginx"]
+        assert said["kind"] == "ws_idle_cut" and "nginx proxy_read_timeout" in said["likely"], said
         direct = next(r for r in doc["routes"] if r["route"] == "direct")
         assert direct["failures"] == 0
         # The same chain with a timeout longer than the think time: healthy.

@@ -122,6 +122,9 @@ def kind_of(outcome: Outcome, obs: Observation, socks: bool = False) -> str:
     found = _socks_kind(outcome, obs, socks)
     if found:
         return found
+    found = _socket_kind(outcome, obs)
+    if found:
+        return found
     idle = obs.reused is True and obs.idle is not None and obs.idle >= 1.0
     if outcome is Outcome.HTTP_ERROR:
         status = obs.status or 0
@@ -152,6 +155,23 @@ def kind_of(outcome: Outcome, obs: Observation, socks: bool = False) -> str:
     if outcome is Outcome.BUFFERED and _encoding(obs):
         return "buffered_compressed"
     return outcome.value
+
+
+def _socket_kind(outcome: Outcome, obs: Observation) -> str | None:
+    """A WebSocket turn's finding whose setting is the socket's own (`proxycheck.io.ws_replay`'s
+    words): the upgrade refused or never answered, the socket cut while it sat idle, a turn not
+    sent because the socket had ended."""
+    if obs.transport != "websocket":
+        return None
+    if outcome is Outcome.HTTP_ERROR and obs.response_header(ENGINE_DIGEST) is None:
+        return "ws_upgrade_refused"
+    if outcome is Outcome.STALL_BEFORE_HEADERS and obs.headers is None:
+        return "ws_upgrade_unanswered"
+    if outcome is Outcome.RESET and ("while it sat idle" in obs.detail or "into the wait before this turn" in obs.detail):
+        return "ws_idle_cut"
+    if outcome is Outcome.RESET and obs.detail.startswith("not sent: "):
+        return "ws_not_sent"
+    return None
 
 
 def key_of(hop: str | None, item: Item, socks: frozenset[str] = frozenset()) -> Key:
@@ -926,6 +946,58 @@ def _words_of(kind: str) -> Callable[[_Group], Words]:
     return _WORDS.get(kind, _known)
 
 
+# -- WebSocket sessions ---------------------------------------------------------------------------
+
+_WS_IDLE = ("nginx proxy_read_timeout (it counts a socket's silence), HAProxy timeout tunnel, Squid "
+            "read_timeout on a CONNECT tunnel, a load balancer's or CDN's idle timeout (Cloudflare 100 s, an AWS "
+            "ALB's 60 s by default)")  # fmt: skip
+_WS_FORWARDING = ('nginx forwards a WebSocket only with proxy_http_version 1.1; proxy_set_header Upgrade '
+                  '$http_upgrade; proxy_set_header Connection "upgrade"')  # fmt: skip
+
+
+def _ws_upgrade_refused(g: _Group) -> Words:
+    status = g.status() or 0
+    seen = f"{g.where} answered the WebSocket upgrade with HTTP {status}{g.quote()} instead of 101"
+    if g.direct_ok():
+        seen += ", where the engine agrees to it on the direct route"
+    return (seen,
+            f"the hop does not pass WebSocket upgrades: it answered the GET itself ({_WS_FORWARDING}; a gateway "
+            "that routes only POST /v1/responses answers 404 or 405; 426 asks the client to use another "
+            "transport). A harness then falls back to HTTPS (Codex at once on 426, after its retries otherwise)",
+            "forward the upgrade to the engine (the nginx lines above), or turn the client's WebSocket mode off "
+            "(Codex: supports_websockets = false)")  # fmt: skip
+
+
+def _ws_upgrade_unanswered(g: _Group) -> Words:
+    ends = g.ends()
+    within = f" within {_span(ends)}" if ends else ""
+    return (f"{g.where} never answered the WebSocket upgrade{within}: no 101, no error",
+            "a proxy that holds the upgrade request (a TLS-inspecting proxy that does not pass WebSockets, a hop "
+            "waiting for a body that never comes): the client waits its connect timeout on every try (Codex "
+            "websocket_connect_timeout_ms, then its reconnect retries)",
+            "let the hop pass WebSocket upgrades, or turn the client's WebSocket mode off")  # fmt: skip
+
+
+def _ws_idle_cut(g: _Group) -> Words:
+    ends = g.ends()
+    after = f" after {_span(ends)} of silence" if ends else ""
+    seen = f"{g.where} ended the WebSocket while it sat idle between turns{after}"
+    if g.direct_ok():
+        seen += "; the direct route kept it open as long"
+    return (seen,
+            f"an idle timeout on WebSocket connections shorter than the think time between turns (a tool running): "
+            f"{_WS_IDLE}",
+            "raise it above the longest think time between turns, or have the client send pings while it waits")  # fmt: skip
+
+
+def _ws_not_sent(g: _Group) -> Words:
+    return (f"turns on {g.where} were not sent: the socket they continue had ended at an earlier turn "
+            "(its memory of the conversation went with it)",
+            "what ended the socket is the finding of the earlier turn on this route",
+            "fix the earlier turn's cause")  # fmt: skip
+
+
+
 _WORDS: dict[str, Callable[[_Group], Words]] = {
     "body_limit": _body_limit,
     "header_limit": _header_limit,
@@ -954,4 +1026,8 @@ _WORDS: dict[str, Callable[[_Group], Words]] = {
     "socks_unresolved": _socks_unresolved,
     "socks_auth": _socks_auth,
     "socks_cut": _socks_cut,
+    "ws_upgrade_refused": _ws_upgrade_refused,
+    "ws_upgrade_unanswered": _ws_upgrade_unanswered,
+    "ws_idle_cut": _ws_idle_cut,
+    "ws_not_sent": _ws_not_sent,
 }

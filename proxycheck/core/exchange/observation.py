@@ -128,6 +128,9 @@ class Observation:
     # The longest silence (s) that went past its watchdog and that the client's patience waited
     # out (`proxycheck.core.exchange.watchdogs`); None when none did.
     waited: float | None = None
+    # "http", or "websocket": a turn of a WebSocket session (one `response.create` and its answer
+    # on a socket), whose "headers" are its first answer's start (`proxycheck.io.ws_replay`).
+    transport: str = "http"
 
     def with_keys(self, *, route: str, repetition: int, session: str, turn: int, xid: int | None) -> "Observation":
         return replace(self, route=route, repetition=repetition, session=session, turn=turn, xid=xid)
@@ -227,6 +230,7 @@ def encode(obs: Observation) -> dict[str, Any]:
         "detail": obs.detail,
         "error": obs.error,
         **({"waited": obs.waited} if obs.waited is not None else {}),
+        **({"transport": obs.transport} if obs.transport != "http" else {}),
     }
 
 
@@ -277,6 +281,7 @@ def decode(doc: Mapping[str, Any]) -> Observation:
         detail=get.req("detail", _str),
         error=get.req("error", _str),
         waited=get.opt("waited", _float),
+        transport=get.opt("transport", _str) or "http",
     )
 
 

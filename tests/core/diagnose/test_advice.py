@@ -588,3 +588,44 @@ def test_a_relayed_connection_cut_while_idle_between_turns() -> None:
                  detail="reset before the response headers")  # fmt: skip
     (a,) = group([("dante", judged(obs, ok(turn=2)))], socks=frozenset({"dante"})).values()
     assert "idle for 4.0 s" in a.seen and "pauses between turns" in a.likely and "Dante timeout.io" in a.likely
+
+
+# -- WebSocket sessions ------------------------------------------------------------------------------
+
+
+def socket_turn(outcome: Outcome, **kw) -> Observation:  # type: ignore[no-untyped-def]
+    return replace(failed(outcome, **kw), transport="websocket")
+
+
+def test_a_refused_upgrade_names_the_forwarding_lines_and_an_engine_error_stays_the_engines() -> None:
+    refused = socket_turn(Outcome.HTTP_ERROR, status=405, events=(), detail="HTTP 405: Method Not Allowed")
+    assert kind_of(Outcome.HTTP_ERROR, refused) == "ws_upgrade_refused"
+    a = one("nginx", [judged(refused, ok())])
+    assert "answered the WebSocket upgrade with HTTP 405" in a.seen and "proxy_set_header Upgrade" in a.likely
+    # The same status over HTTP is the hop's error as before; an engine's own error is the engine's.
+    assert kind_of(Outcome.HTTP_ERROR, failed(Outcome.HTTP_ERROR, status=405)) == "http_405"
+    engine = socket_turn(Outcome.HTTP_ERROR, status=400, response_headers=(("x-proxycheck-request-sha256", "ab"),))
+    assert kind_of(Outcome.HTTP_ERROR, engine) == "engine_http_400"
+
+
+def test_an_upgrade_never_answered_and_an_idle_cut_name_their_settings() -> None:
+    swallowed = socket_turn(Outcome.STALL_BEFORE_HEADERS, status=None, headers=None, end=30.0)
+    assert kind_of(Outcome.STALL_BEFORE_HEADERS, swallowed) == "ws_upgrade_unanswered"
+    assert "never answered the WebSocket upgrade within 30.0 s" in one("tls", [judged(swallowed, ok())]).seen
+    idle = socket_turn(Outcome.RESET, headers=None, status=None, end=3.1,
+                       detail="the socket was cut without a close frame (1006) 3.1 s after the last turn ended, "
+                              "while it sat idle (the recording: ...)")  # fmt: skip
+    assert kind_of(Outcome.RESET, idle) == "ws_idle_cut"
+    a = one("nginx", [judged(idle, ok())])
+    assert "while it sat idle between turns after 3.1 s of silence" in a.seen
+    assert "nginx proxy_read_timeout" in a.likely and "HAProxy timeout tunnel" in a.likely
+    # A cut mid-answer on a socket is a cut mid-stream, read as such.
+    mid = socket_turn(Outcome.RESET, events=content(3), detail="the socket was closed by the server (1011) mid-answer")
+    assert kind_of(Outcome.RESET, mid) == "reset_mid_stream"
+
+
+def test_turns_not_sent_point_at_the_turn_that_ended_the_socket() -> None:
+    gone = socket_turn(Outcome.RESET, headers=None, status=None, end=0.0, detail="not sent: the socket was cut")
+    assert kind_of(Outcome.RESET, gone) == "ws_not_sent"
+    assert "not sent" in one("edge", [judged(gone, ok())]).seen
+    assert kind_of(Outcome.RESET, replace(gone, transport="http")) == "reset_before_headers"
