@@ -53,7 +53,7 @@ from proxycheck.core.exchange.machine import (
 )
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome, Watchdog
-from proxycheck.core.recording.websocket import TERMINAL, WsMessage, as_sse
+from proxycheck.core.recording.websocket import WsMessage, sse_event
 from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, think_delay
 from proxycheck.core.replay.socket import SocketIds, handshake_headers, ws_url
 from proxycheck.io.proxying import aiohttp_session
@@ -84,14 +84,19 @@ class _Socket:
         self.closed_at: float | None = None  # when a close (or a cut) came while nothing was asked
 
     async def receive(self, timeout: float | None) -> aiohttp.WSMessage | None:
-        """The next message, or None when `timeout` passed first (the receive stays pending)."""
-        if self._pending is None:
-            self._pending = asyncio.ensure_future(self.ws.receive())
-        done, _ = await asyncio.wait({self._pending}, timeout=timeout)
-        if not done:
+        """The next message of an answer, or None when `timeout` passed first: a watchdog fired,
+        and the socket is given up (so aiohttp's own receive timeout, the cheap way, may close
+        it). A receive left pending by a think time is taken first."""
+        if self._pending is not None:
+            done, _ = await asyncio.wait({self._pending}, timeout=timeout)
+            if not done:
+                return None
+            message, self._pending = self._pending.result(), None
+            return message
+        try:
+            return await self.ws.receive(timeout=timeout)
+        except asyncio.TimeoutError:
             return None
-        message, self._pending = self._pending.result(), None
-        return message
 
     async def watch_until(self, when: float, alarms: Any) -> None:
         """Wait until `when` (the replayer's alarms), noting a close that comes meanwhile."""
@@ -258,19 +263,21 @@ async def _answer(sock: _Socket, machine: ExchangeMachine, ctx: Any) -> Any:
             raise _Ended(f"the turn's {wait.watchdog.value} watchdog cut it")
         now = time.monotonic()
         ctx.alarms.ring()
-        if msg.type == aiohttp.WSMsgType.TEXT:
-            data = msg.data.encode("utf-8", "surrogateescape")
-            message = WsMessage(now, False, data)
-            machine.handle(BodyData(now, as_sse([message])[0][1]))
-            if message.type in TERMINAL and not machine.ended:
-                machine.handle(StreamClosed(now))
-        elif msg.type == aiohttp.WSMsgType.BINARY:
-            machine.handle(BodyData(now, as_sse([WsMessage(now, False, msg.data, False)])[0][1]))
+        if msg.type == aiohttp.WSMsgType.TEXT or msg.type == aiohttp.WSMsgType.BINARY:
+            data = msg.data.encode("utf-8", "surrogateescape") if msg.type == aiohttp.WSMsgType.TEXT else msg.data
+            machine.handle(BodyData(now, sse_event(data)))
+            if not machine.ended and (machine.answer_ended or _is_error_event(data)):
+                machine.handle(StreamClosed(now))  # a socket's turn ends with its terminal event
         else:  # CLOSE, CLOSING, CLOSED, ERROR: the socket ended mid-answer
             words = _closed_words(sock.ws)
             machine.handle(TransportError(now, ErrorKind.RESET, f"{words} mid-answer"))
             raise _Ended(words)
     return machine.result
+
+
+def _is_error_event(data: bytes) -> bool:
+    """An `error` event, which ends a turn on a socket (the socket stays open)."""
+    return b'"error"' in data[:64] and WsMessage(0.0, False, data).type == "error"
 
 
 def _closed_words(ws: aiohttp.ClientWebSocketResponse) -> str:

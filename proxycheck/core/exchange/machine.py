@@ -303,6 +303,12 @@ class ExchangeMachine:
         return self._phase is _Phase.ENDED
 
     @property
+    def answer_ended(self) -> bool:
+        """The stream's answer is over: its terminal marker, or its finish reason, came (the body
+        may still be open: a transport whose stream has no end of its own ends it there)."""
+        return self._reads_stream and self._tracker.answer_ended
+
+    @property
     def ending(self) -> Ending | None:
         """The outcome, once the exchange ended."""
         return self._ending

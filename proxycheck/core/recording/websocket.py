@@ -222,14 +222,16 @@ def _stream_of(doc: Mapping[str, Any] | None) -> str | None:
     return str(stream) if isinstance(stream, (str, int)) and not isinstance(stream, bool) else None
 
 
+def sse_event(data: bytes) -> bytes:
+    """One message as the SSE event that carries it: its bytes as the event's data (a line of
+    its own per line of the message). The event's type is in its JSON (`type`), which is where
+    the Responses API dialect reads it, as it does from a stream."""
+    if b"\n" in data or b"\r" in data:
+        data = data.replace(b"\r", b"").replace(b"\n", b"\ndata: ")
+    return b"data: " + data + b"\n\n"
+
+
 def as_sse(answer: Iterable[WsMessage]) -> list[tuple[float, bytes]]:
-    """A turn's answer as the SSE stream that carries the same events: `event: TYPE` and `data:
-    JSON` per message, at the time the message came, so the Responses API dialect reads it as it
-    reads a stream (messages that are not JSON events stay as they are, as data)."""
-    out = []
-    for msg in answer:
-        kind = msg.type
-        line = msg.data.replace(b"\r", b"").replace(b"\n", b"\ndata: ")
-        head = f"event: {kind}\n".encode() if kind else b""
-        out.append((msg.t, head + b"data: " + line + b"\n\n"))
-    return out
+    """A turn's answer as the SSE stream that carries the same events (`sse_event` for each
+    message, at the time it came), so the Responses API dialect reads it as it reads a stream."""
+    return [(msg.t, sse_event(msg.data)) for msg in answer]

@@ -93,7 +93,7 @@ def test_parallel_streams_on_one_socket_are_kept_apart() -> None:
 
 def test_an_answer_reads_as_the_sse_stream_that_carries_the_same_events() -> None:
     sse = as_sse(answer(1.0))
-    assert sse[0][0] == 1.0 and sse[0][1].startswith(b"event: response.created\ndata: {")
+    assert sse[0][0] == 1.0 and sse[0][1].startswith(b'data: {"type": "response.created"')
     assert all(chunk.endswith(b"\n\n") for _, chunk in sse)
     assert as_sse([WsMessage(2.0, False, b"a\nb")]) == [(2.0, b"data: a\ndata: b\n\n")]
 
