@@ -31,6 +31,9 @@ What Codex 0.171 did, run after run:
   2/5" to "5/5", backoff about 0.2, 0.4, 0.75, 1.5, 3.3 s): the fallback comes some 6.5 s later.
   The recording shows what happened: the refused upgrades, as the HTTP exchanges they were (their
   status kept, `http_error` in `sessions`), then the HTTP turns.
+* **nginx answering the upgrade `426 Upgrade Required` itself** (`if ($http_upgrade = websocket)
+  { return 426; }`): one GET (the warm-up's), then HTTP at once, retries on or off, and nothing
+  said: the 426 tells Codex to use HTTP.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ RESPONSES = "/v1/responses"
 FALLBACK = "Falling back from WebSockets to HTTPS transport"
 NGINX = "proxy_pass {url}; proxy_http_version 1.1; proxy_buffering off;"
 FORWARD_UPGRADE = 'proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection "upgrade";'
+ANSWER_426 = "if ($http_upgrade = websocket) { return 426; }"  # nginx refusing the upgrade itself
 
 
 def run_recorded(codex: str, upstream: str, tmp: Path) -> HarnessRun:
@@ -165,9 +169,10 @@ def test_through_nginx_forwarding_the_upgrade_codex_keeps_its_socket(codex: str,
     assert_codex_session_on_the_socket(run)
 
 
-def test_through_nginx_not_forwarding_the_upgrade_codex_falls_back_to_http(codex: str, engine: Managed,
-                                                                           tmp_path: Path) -> None:  # fmt: skip
-    nginx = nginx_in_front(engine)
+@pytest.mark.parametrize(("refusal", "status"), [("", 405), (ANSWER_426, 426)], ids=["plain-get", "nginx-426"])
+def test_through_nginx_not_forwarding_the_upgrade_codex_falls_back_to_http(codex: str, engine: Managed, tmp_path: Path,
+                                                                           refusal: str, status: int) -> None:  # fmt: skip
+    nginx = nginx_in_front(engine, refusal)
     try:
         run = run_recorded(codex, nginx.url, tmp_path)
     finally:
@@ -175,22 +180,28 @@ def test_through_nginx_not_forwarding_the_upgrade_codex_falls_back_to_http(codex
     ended_well(run)
     said = [event["item"]["message"] for event in events(run.done.stdout)
             if event["type"] == "item.completed" and event["item"].get("type") == "error"]  # fmt: skip
-    assert any(m.startswith(FALLBACK) and "405" in m for m in said), run.failure()
+    fallback = [m for m in said if m.startswith(FALLBACK)]
+    if status == 426:
+        assert not fallback, run.failure()  # the server said to use HTTP: Codex does, silently
+    else:
+        assert fallback and all(str(status) in m for m in fallback), run.failure()
 
     # The recording: the refused upgrades (HTTP exchanges, their status kept), then HTTP turns.
     exchanges = load(run.recording).exchanges
     refused = [x for x in exchanges if x.method == "GET"]
     posts = [x for x in exchanges if x.method == "POST"]
-    assert 1 <= len(refused) <= 2 and len(posts) >= 2, [(x.method, x.status) for x in exchanges]  # retries off
+    # Retries off: the warm-up's connection and the turn's (a 426 ends the trying at the first).
+    tries = 1 if status == 426 else 2
+    assert len(refused) == tries and len(posts) >= 2, [(x.method, x.status) for x in exchanges]
     assert [x.xid for x in exchanges] == [x.xid for x in refused + posts]  # every GET before the first POST
     for x in refused:
         assert x.path == RESPONSES and x.request_header("upgrade") == "websocket", x
-        assert x.status == 405 and not x.websocket and not x.ws, x
+        assert x.status == status and not x.websocket and not x.ws, x
     assert all(x.path == RESPONSES and x.status == 200 for x in posts)
 
     document = sessions_of(run.recording)
     upgrades = [s for s in document["sessions"] if all(t["method"] == "GET" for t in s["turns"])]
-    assert upgrades and all(t["outcome"] == "http_error" and t["status"] == 405 for s in upgrades for t in s["turns"])
+    assert upgrades and all(t["outcome"] == "http_error" and t["status"] == status for s in upgrades for t in s["turns"])
     (conversation,) = [s for s in model_sessions(document, RESPONSES) if s not in upgrades]
     assert all(t["method"] == "POST" and t["outcome"] == "ok" for t in conversation["turns"]), conversation
     assert any(t["tool_calls"] for t in conversation["turns"]), conversation
