@@ -1,6 +1,8 @@
 """Codex CLI (the pinned @openai/codex in .harness/) on the Responses API's WebSocket mode, recorded
 by `proxycheck record` (reverse mode) in front of the reference engine, then with a real nginx
-between the recorder and the engine, once forwarding the upgrade and once not.
+between the recorder and the engine, once forwarding the upgrade and once not; each recording then
+checked (`check --pace fast` over the engine, and nginx when it was there): healthy, every turn
+replayed ok on every route (the socket's on a socket), the refused upgrades left out in one line.
 
 The command line and config are test_codex.py's, the provider table with `supports_websockets =
 true` added (`proxycheck.io.harness.codex_config(url, websocket=True)`; retries off), the engine
@@ -45,13 +47,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harnesses import DUMMY_KEY, REPO, HarnessRun, model_sessions, run_harness, sessions_of
-from processes import RecordProcess
+from harnesses import DUMMY_KEY, REPO, HarnessRun, check_verdict, model_sessions, run_harness, sessions_of
+from processes import RecordProcess, write_chain
 from test_codex import ENGINE_ARGS, codex_argv, codex_env, events
 
 from proxycheck.core.recording.journal import RecordedExchange
 from proxycheck.core.recording.websocket import WsTurn, turns
 from proxycheck.io.procs import Managed
+from proxycheck.io.runstore import load_run
 from proxycheck.io.storage import load
 
 sys.path.insert(0, str(REPO / "tests" / "integration"))
@@ -134,6 +137,16 @@ def assert_codex_session_on_the_socket(run: HarnessRun) -> None:
     assert turn["detail"] == f"WebSocket: {len(found)} turn(s); the client hung up without a close frame (1006)"
 
 
+def checked_healthy(run: HarnessRun, engine: Managed, hops: list[tuple[str, str]], tmp: Path) -> str:
+    """`check` of the recording over the engine and `hops`: exit 0, `healthy`, each route replayed
+    every turn of the recording ok; what it said on stderr."""
+    done, verdict = check_verdict(run.recording, write_chain(tmp / "chain.toml", engine.url, hops), tmp)
+    assert done.returncode == 0 and verdict["verdict"] == "healthy", f"{verdict['summary']}\n{done.stderr[-2000:]}"
+    assert [route["route"] for route in verdict["routes"]] == ["direct", *(f"via:{name}" for name, _ in hops)]
+    assert all(route["exchanges"] and route["outcomes"] == {"ok": route["exchanges"]} for route in verdict["routes"])
+    return done.stderr
+
+
 @pytest.fixture(scope="module")
 def engine(module_engines: Any) -> Managed:
     return module_engines(*ENGINE_ARGS)
@@ -146,6 +159,15 @@ def direct_run(codex: str, engine: Managed, tmp_path_factory: pytest.TempPathFac
 
 def test_codex_runs_its_session_on_one_socket_turn_after_turn(direct_run: HarnessRun) -> None:
     assert_codex_session_on_the_socket(direct_run)
+
+
+def test_check_replays_codexs_socket_healthy(direct_run: HarnessRun, engine: Managed, tmp_path: Path) -> None:
+    ended_well(direct_run)
+    _, found = the_socket(direct_run)
+    stderr = checked_healthy(direct_run, engine, [], tmp_path)
+    assert "left out" not in stderr, stderr  # the socket was replayed, its warm-up and every turn
+    observed = load_run(tmp_path / "check-run").observations
+    assert observed and len(observed) % len(found) == 0, (len(observed), len(found))
 
 
 def test_codexs_key_never_reaches_the_recording(direct_run: HarnessRun) -> None:
@@ -164,19 +186,15 @@ def test_through_nginx_forwarding_the_upgrade_codex_keeps_its_socket(codex: str,
     nginx = nginx_in_front(engine, FORWARD_UPGRADE)
     try:
         run = run_recorded(codex, nginx.url, tmp_path)
+        assert_codex_session_on_the_socket(run)
+        checked_healthy(run, engine, [("nginx", nginx.url)], tmp_path)  # the socket replayed through it too
     finally:
         nginx.stop()
-    assert_codex_session_on_the_socket(run)
 
 
-@pytest.mark.parametrize(("refusal", "status"), [("", 405), (ANSWER_426, 426)], ids=["plain-get", "nginx-426"])
-def test_through_nginx_not_forwarding_the_upgrade_codex_falls_back_to_http(codex: str, engine: Managed, tmp_path: Path,
-                                                                           refusal: str, status: int) -> None:  # fmt: skip
-    nginx = nginx_in_front(engine, refusal)
-    try:
-        run = run_recorded(codex, nginx.url, tmp_path)
-    finally:
-        nginx.stop()
+def fell_back(run: HarnessRun, status: int, tries: int) -> None:
+    """Codex's upgrade was refused with `status` `tries` times and it ran its task over HTTP: what
+    it said, what the recording shows, what `sessions` shows."""
     ended_well(run)
     said = [event["item"]["message"] for event in events(run.done.stdout)
             if event["type"] == "item.completed" and event["item"].get("type") == "error"]  # fmt: skip
@@ -190,8 +208,6 @@ def test_through_nginx_not_forwarding_the_upgrade_codex_falls_back_to_http(codex
     exchanges = load(run.recording).exchanges
     refused = [x for x in exchanges if x.method == "GET"]
     posts = [x for x in exchanges if x.method == "POST"]
-    # Retries off: the warm-up's connection and the turn's (a 426 ends the trying at the first).
-    tries = 1 if status == 426 else 2
     assert len(refused) == tries and len(posts) >= 2, [(x.method, x.status) for x in exchanges]
     assert [x.xid for x in exchanges] == [x.xid for x in refused + posts]  # every GET before the first POST
     for x in refused:
@@ -201,7 +217,30 @@ def test_through_nginx_not_forwarding_the_upgrade_codex_falls_back_to_http(codex
 
     document = sessions_of(run.recording)
     upgrades = [s for s in document["sessions"] if all(t["method"] == "GET" for t in s["turns"])]
-    assert upgrades and all(t["outcome"] == "http_error" and t["status"] == status for s in upgrades for t in s["turns"])
+    refusals = [turn for session in upgrades for turn in session["turns"]]
+    assert refusals and all(turn["outcome"] == "http_error" and turn["status"] == status for turn in refusals)
     (conversation,) = [s for s in model_sessions(document, RESPONSES) if s not in upgrades]
     assert all(t["method"] == "POST" and t["outcome"] == "ok" for t in conversation["turns"]), conversation
     assert any(t["tool_calls"] for t in conversation["turns"]), conversation
+
+
+# How nginx refuses the upgrade, the status Codex gets, and how many upgrades it tries with its
+# retries off: the warm-up's connection and the turn's (a 426 ends the trying at the first).
+REFUSALS = [("", 405, 2), (ANSWER_426, 426, 1)]
+
+
+@pytest.mark.parametrize(("refusal", "status", "tries"), REFUSALS, ids=["plain-get", "nginx-426"])
+def test_through_nginx_not_forwarding_the_upgrade_codex_falls_back_to_http(codex: str, engine: Managed, tmp_path: Path,
+                                                                           refusal: str, status: int,
+                                                                           tries: int) -> None:  # fmt: skip
+    nginx = nginx_in_front(engine, refusal)
+    try:
+        run = run_recorded(codex, nginx.url, tmp_path)
+        fell_back(run, status, tries)
+        # The session Codex had over HTTP replays as it ran, through nginx too; the refused
+        # upgrades, with no turn to replay, are left out, said in one line.
+        stderr = checked_healthy(run, engine, [("nginx", nginx.url)], tmp_path)
+        left_out = f"{tries} WebSocket upgrade(s) without a turn on their socket (refused, or never used) are left out"
+        assert stderr.count(left_out) == 1, stderr
+    finally:
+        nginx.stop()

@@ -110,9 +110,10 @@ def test_an_upgrade_is_told_by_its_header() -> None:
 def socket_exchange(messages: list[WsMessage], close: WsClose, error: str | None) -> RecordedExchange:
     """A recorded socket as the recorder journals it: the 101, its messages, how it ended."""
     ended = {"error": error, "t_error": close.t} if error is not None else {"t_end": close.t}
-    return RecordedExchange(xid=1, t_request=0.0, method="GET", url="http://engine/v1/responses", http_version="HTTP/1.1",
-                            request_headers=(("Upgrade", "websocket"),), body=split_body(b"").body, t_response=0.01, status=101,
-                            response_headers=(("Upgrade", "websocket"),), ws=tuple(messages), ws_close=close,
+    upgrade = (("Upgrade", "websocket"),)
+    return RecordedExchange(xid=1, t_request=0.0, method="GET", url="http://engine/v1/responses",
+                            http_version="HTTP/1.1", request_headers=upgrade, body=split_body(b"").body,
+                            t_response=0.01, status=101, response_headers=upgrade, ws=tuple(messages), ws_close=close,
                             **ended)  # type: ignore[arg-type]  # fmt: skip
 
 
