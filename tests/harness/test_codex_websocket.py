@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from test_codex import ENGINE_ARGS, codex_argv, codex_env, events
 
 from proxycheck.core.recording.journal import RecordedExchange
 from proxycheck.core.recording.websocket import WsTurn, turns
+from proxycheck.io.harness import codex_config
 from proxycheck.io.procs import Managed
 from proxycheck.io.runstore import load_run
 from proxycheck.io.storage import load
@@ -145,6 +147,14 @@ def checked_healthy(run: HarnessRun, engine: Managed, hops: list[tuple[str, str]
     assert [route["route"] for route in verdict["routes"]] == ["direct", *(f"via:{name}" for name, _ in hops)]
     assert all(route["exchanges"] and route["outcomes"] == {"ok": route["exchanges"]} for route in verdict["routes"])
     return done.stderr
+
+
+def test_the_websocket_mode_is_an_option_of_codexs_provider_off_by_default() -> None:
+    plain, socket = (tomllib.loads(codex_config("http://h:1", websocket=on)) for on in (False, True))
+    provider = plain["model_providers"].pop("proxycheck")
+    assert "supports_websockets" not in provider
+    assert socket["model_providers"].pop("proxycheck") == {**provider, "supports_websockets": True}
+    assert socket == plain  # nothing else differs
 
 
 @pytest.fixture(scope="module")
