@@ -54,8 +54,10 @@ from test_codex import ENGINE_ARGS, codex_argv, codex_env, events
 
 from proxycheck.core.recording.journal import RecordedExchange
 from proxycheck.core.recording.websocket import WsTurn, turns
+from proxycheck.core.replay.plan import plan_socket
 from proxycheck.io.harness import codex_config
 from proxycheck.io.procs import Managed
+from proxycheck.io.recordings import open_recording
 from proxycheck.io.runstore import load_run
 from proxycheck.io.storage import load
 
@@ -176,8 +178,19 @@ def test_check_replays_codexs_socket_healthy(direct_run: HarnessRun, engine: Man
     _, found = the_socket(direct_run)
     stderr = checked_healthy(direct_run, engine, [], tmp_path)
     assert "left out" not in stderr, stderr  # the socket was replayed, its warm-up and every turn
-    observed = load_run(tmp_path / "check-run").observations
-    assert observed and len(observed) % len(found) == 0, (len(observed), len(found))
+    observed = {obs.turn for obs in load_run(tmp_path / "check-run").observations}
+    assert set(range(1, len(found) + 1)) <= observed, observed
+
+
+@pytest.mark.xfail(strict=True, reason="core/replay/plan.plan_socket plans a socket_end turn (the chain ending the "
+                   "socket while idle) for every end but a client's close frame, Codex's hang-up (1006, client "
+                   "disconnected) too: the replay then watches an idle socket the client had left")  # fmt: skip
+def test_codex_hanging_up_is_not_replayed_as_the_chain_ending_its_socket(direct_run: HarnessRun) -> None:
+    loaded = open_recording(str(direct_run.recording))
+    (summary,) = loaded.summaries
+    (socket,) = loaded.recording.exchanges
+    planned = plan_socket(summary, socket, socket.t_request)
+    assert planned is not None and not any(turn.socket_end for turn in planned.turns), planned.turns[-1]
 
 
 def test_codexs_key_never_reaches_the_recording(direct_run: HarnessRun) -> None:
