@@ -1,22 +1,30 @@
 """The processes tests start: the reference engine and mitmdump hops, each one kept by the factory
 that started it and stopped by its pid when the fixture holding that factory ends, whether the test
 passed or failed. The fixtures (`engines`, `mitmdumps` and their module-scoped twins) are in
-conftest.py; this module owns what they hand out."""
+conftest.py; this module owns what they hand out, and `RecordProcess` (`proxycheck record` as a
+process the test stops itself)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import shutil
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from cli_runner import proxycheck_argv
+
 from proxycheck.io.agent import AgentOptions, run_agent
 from proxycheck.io.procs import Managed, mitmdump_path, start_engine, start_mitmdump
 
-ADDONS = Path(__file__).resolve().parents[1] / "addons"
+REPO = Path(__file__).resolve().parents[1]
+ADDONS = REPO / "addons"
 FAULTS = ADDONS / "faults.py"
 RECORD = ADDONS / "record.py"
 
@@ -79,6 +87,60 @@ class MitmdumpFactory(_Started):
         time.sleep(1.5)  # the recorder flushes its last chunks within a second
         recorder.stop()
         return out
+
+
+class RecordProcess:
+    """`proxycheck record ...` in the background (the command as a user runs it), its output in
+    files in `tmp`; `close()` always stops it, by its pid."""
+
+    def __init__(self, tmp: Path, *args: str) -> None:
+        self.out_path, self.err_path = tmp / "record.out", tmp / "record.err"
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                proxycheck_argv("record", *args),
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=REPO,
+                env={**os.environ, "COLUMNS": "200"},
+            )  # fmt: skip
+        self.address = self._wait_listening()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def _wait_listening(self, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = re.search(r"listening at (\S+:\d+)", self.err_path.read_text())
+            if found:
+                return found.group(1)
+            if self.proc.poll() is not None:
+                raise AssertionError(f"record exited early: {self.err_path.read_text()}")
+            time.sleep(0.05)
+        self.close()
+        raise AssertionError(f"record did not listen: {self.err_path.read_text()}")
+
+    def interrupt(self, timeout: float = 30) -> int:
+        """Ctrl-C, as a terminal sends it; the exit status."""
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=timeout)
+
+    @property
+    def stdout(self) -> str:
+        return self.out_path.read_text()
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def close(self) -> None:
+        """Always stops it: SIGTERM (it stops its mitmdump), then SIGKILL."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
 
 
 def write_chain(path: Path, engine: str, hops: list[tuple[str, str]]) -> Path:

@@ -6,11 +6,7 @@ mitmdump that cannot start are one line and exit status 2."""
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -18,8 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cli_runner import main_status as main
-from cli_runner import proxycheck_argv
-from processes import EngineFactory, MitmdumpFactory
+from processes import EngineFactory, MitmdumpFactory, RecordProcess
 from recording_dirs import BAD_OUTS, named, snapshot
 
 from proxycheck.commands import record
@@ -30,62 +25,7 @@ from proxycheck.io.recordings import JournalTail, SessionCount
 from proxycheck.io.storage import load
 from proxycheck.report.live_view import live_line
 
-REPO = Path(__file__).resolve().parents[1]
-
 pytestmark = pytest.mark.timeout(60)
-
-
-class RecordProcess:
-    """`proxycheck record ...` in the background, its output in files."""
-
-    def __init__(self, tmp: Path, *args: str) -> None:
-        self.out_path, self.err_path = tmp / "record.out", tmp / "record.err"
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                proxycheck_argv("record", *args),
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=REPO,
-                env={**os.environ, "COLUMNS": "200"},
-            )  # fmt: skip
-        self.address = self._wait_listening()
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.address}"
-
-    def _wait_listening(self, timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = re.search(r"listening at (\S+:\d+)", self.err_path.read_text())
-            if found:
-                return found.group(1)
-            if self.proc.poll() is not None:
-                raise AssertionError(f"record exited early: {self.err_path.read_text()}")
-            time.sleep(0.05)
-        self.close()
-        raise AssertionError(f"record did not listen: {self.err_path.read_text()}")
-
-    def interrupt(self, timeout: float = 30) -> int:
-        """Ctrl-C, as a terminal sends it; the exit status."""
-        self.proc.send_signal(signal.SIGINT)
-        return self.proc.wait(timeout=timeout)
-
-    @property
-    def stdout(self) -> str:
-        return self.out_path.read_text()
-
-    @property
-    def stderr(self) -> str:
-        return self.err_path.read_text()
-
-    def close(self) -> None:
-        """Always stops it: SIGTERM (it stops its mitmdump), then SIGKILL."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")

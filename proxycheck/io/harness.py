@@ -7,8 +7,8 @@ pinned npm packages there: `.harness/node_modules/.bin/claude` and `codex`), or 
 PATH and the locale of this process, HOME (and every config and cache dir it looks at) in a folder
 given by the caller, a dummy API key, no proxy settings nor keys of this process. Claude Code runs
 `-p` with read-only tools; Codex runs `exec` with a read-only sandbox and a custom model provider
-on the Responses API. Neither retries a failed request, so a wedge ends the run instead of
-starting it again.
+on the Responses API (over HTTP by default; with `websocket`, its WebSocket mode). Neither
+retries a failed request, so a wedge ends the run instead of starting it again.
 
 A run is one process in its own process group, its output in a log file; at its deadline (or on
 Ctrl-C) the group gets SIGTERM, then SIGKILL.
@@ -44,6 +44,10 @@ env_key = "PROXYCHECK_DUMMY_KEY"
 request_max_retries = 0
 stream_max_retries = 0
 """
+# Lines added to CODEX_CONFIG's provider table for the Responses API's WebSocket mode: one socket
+# per session (`GET /v1/responses` upgraded). Where the upgrade is refused, Codex falls back to
+# HTTPS (at once with the retries above off; after its reconnect retries, with backoff, otherwise).
+CODEX_WEBSOCKET = "supports_websockets = true\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +105,16 @@ def harness_env(home: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def harness_command(kind: HarnessKind, command: str, *, base_url: str, work: Path,
-                    home: Path) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+def codex_config(base_url: str, *, websocket: bool = False) -> str:
+    """Codex's config.toml: CODEX_CONFIG at `base_url`, with its WebSocket mode when `websocket`."""
+    return CODEX_CONFIG.format(base_url=base_url) + (CODEX_WEBSOCKET if websocket else "")
+
+
+def harness_command(kind: HarnessKind, command: str, *, base_url: str, work: Path, home: Path,
+                    websocket: bool = False) -> tuple[list[str], dict[str, str]]:  # fmt: skip
     """argv and environment that run `command` (the harness `kind`) on PROMPT in `work`, its requests
-    to `base_url`, its home in `home`."""
+    to `base_url`, its home in `home`; `websocket`: Codex on the Responses API's WebSocket mode
+    (Claude Code has none)."""
     if kind is CLAUDE_CODE:
         tools = ["Read", "Glob", "Grep"]
         argv = [command, "-p", PROMPT, "--output-format", "json", "--bare",
@@ -114,7 +124,7 @@ def harness_command(kind: HarnessKind, command: str, *, base_url: str, work: Pat
                           CLAUDE_CODE_MAX_RETRIES="0", DISABLE_AUTOUPDATER="1", DISABLE_TELEMETRY="1")  # fmt: skip
         return argv, env
     codex_home = home / ".codex"
-    write_file(codex_home / "config.toml", CODEX_CONFIG.format(base_url=base_url))
+    write_file(codex_home / "config.toml", codex_config(base_url, websocket=websocket))
     argv = [command, "exec", "--strict-config", "--skip-git-repo-check", "--sandbox", "read-only", "--json",
             "-C", str(work), PROMPT]  # fmt: skip
     return argv, harness_env(home, CODEX_HOME=str(codex_home), PROXYCHECK_DUMMY_KEY=DUMMY_KEY)

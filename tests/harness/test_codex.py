@@ -11,8 +11,9 @@ reverse mode in front of it):
     codex exec --strict-config --skip-git-repo-check --sandbox read-only --json -C TMP/project \\
         "Read README.md and tell me what this project is."
 
-with TMP/home/.codex/config.toml (CONFIG below): a model provider `proxycheck` whose base_url is
-the recorder's + /v1, `wire_api = "responses"`, `env_key = "PROXYCHECK_DUMMY_KEY"`, no retries.
+with TMP/home/.codex/config.toml (`proxycheck.io.harness.codex_config`): a model provider
+`proxycheck` whose base_url is the recorder's + /v1, `wire_api = "responses"`, `env_key =
+"PROXYCHECK_DUMMY_KEY"`, no retries.
 """
 
 from __future__ import annotations
@@ -32,10 +33,9 @@ from harnesses import (
     sessions_of,
 )
 
-from proxycheck.io.harness import CODEX_CONFIG, PROMPT
+from proxycheck.io.harness import PROMPT, codex_config
 
 ENGINE_ARGS = ("--token-interval", "0", "--ttft-base", "0", "--tool-call-rate", "1")
-CONFIG = CODEX_CONFIG  # the demo's: retries off, so a failing engine shows at once
 
 
 def codex_argv(codex: str, work: Path) -> list[str]:
@@ -43,10 +43,12 @@ def codex_argv(codex: str, work: Path) -> list[str]:
             "-C", str(work), PROMPT]  # fmt: skip
 
 
-def codex_env(home: Path, base_url: str) -> dict[str, str]:
+def codex_env(home: Path, base_url: str, *, websocket: bool = False) -> dict[str, str]:
+    """Codex's environment, its config.toml the demo's (retries off, so a failing engine shows at
+    once; `websocket`: on the Responses API's WebSocket mode)."""
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True, exist_ok=True)
-    (codex_home / "config.toml").write_text(CONFIG.format(base_url=base_url))
+    (codex_home / "config.toml").write_text(codex_config(base_url, websocket=websocket))
     return isolated_env(home, CODEX_HOME=str(codex_home), PROXYCHECK_DUMMY_KEY=DUMMY_KEY)
 
 

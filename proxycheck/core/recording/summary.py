@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from proxycheck.core.exchange.outcomes import Classified, Outcome, classify_recorded
+from proxycheck.core.exchange.outcomes import CLIENT_LEFT_WORDS, Classified, Outcome, classify_recorded
 from proxycheck.core.protocol import dialects
 from proxycheck.core.protocol.analysis import ResponseAnalysis, analyze_body, analyze_stream
 from proxycheck.core.protocol.encoding import decode_body, decode_chunks
@@ -279,8 +279,9 @@ def socket_turns(ex: RecordedExchange) -> list[SocketTurn]:
 def _analyze_socket(ex: RecordedExchange) -> ExchangeAnalysis:
     """A WebSocket session judged as a whole (`socket_turns`): its first failing turn's outcome,
     said with the turn; a socket the server (or a cut) ended between turns, while the client had
-    not closed it, is a `reset` between turns; an open socket with every turn answered, no wedge.
-    Its analysis is the deciding turn's (else the last)."""
+    not closed it, is a `reset` between turns, but a cut of the client's own connection then is the
+    client leaving (Codex exits without a close frame); an open socket with every turn answered,
+    no wedge. Its analysis is the deciding turn's (else the last)."""
     judged = socket_turns(ex)
     close = ex.ws_close
     ended = close.t if close is not None else (ex.t_error if ex.error is not None else ex.t_end)
@@ -296,6 +297,11 @@ def _analyze_socket(ex: RecordedExchange) -> ExchangeAnalysis:
         open_ = f"{count}; the socket was still open when the recording ended"
         kind = Outcome.NOT_RECORDED if ex.not_recorded is not None else Outcome.OK
         return ExchangeAnalysis(WS_DIALECT, True, last, Classified(kind, open_), ended)
+    if close is not None and not close.clean and CLIENT_LEFT_WORDS in (ex.error or ""):
+        # Every turn answered, then the client's connection closed: it left, as an HTTP client
+        # that hangs up after its answer does (the recorder sees no further than its client).
+        left = Classified(Outcome.OK, f"{count}; the client hung up without a close frame ({close.code})")
+        return ExchangeAnalysis(WS_DIALECT, True, last, left, ended)
     if close is not None and close.by != "client":
         since = judged[-1].ended_at if judged and judged[-1].ended_at is not None else ex.t_request
         state = Classified(Outcome.RESET, f"{count}; between turns the socket was {close.describe()}, "

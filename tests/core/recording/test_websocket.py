@@ -9,6 +9,10 @@ import json
 
 import pytest
 
+from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.recording.bodies import split_body
+from proxycheck.core.recording.journal import RecordedExchange
+from proxycheck.core.recording.summary import analyze
 from proxycheck.core.recording.websocket import (
     WsClose,
     WsMessage,
@@ -101,3 +105,42 @@ def test_an_answer_reads_as_the_sse_stream_that_carries_the_same_events() -> Non
 def test_an_upgrade_is_told_by_its_header() -> None:
     assert is_upgrade([("Connection", "Upgrade"), ("Upgrade", "WebSocket")])
     assert not is_upgrade([("Connection", "keep-alive")]) and not is_upgrade([("Upgrade", "h2c")])
+
+
+def socket_exchange(messages: list[WsMessage], close: WsClose, error: str | None) -> RecordedExchange:
+    """A recorded socket as the recorder journals it: the 101, its messages, how it ended."""
+    ended = {"error": error, "t_error": close.t} if error is not None else {"t_end": close.t}
+    upgrade = (("Upgrade", "websocket"),)
+    return RecordedExchange(xid=1, t_request=0.0, method="GET", url="http://engine/v1/responses",
+                            http_version="HTTP/1.1", request_headers=upgrade, body=split_body(b"").body,
+                            t_response=0.01, status=101, response_headers=upgrade, ws=tuple(messages), ws_close=close,
+                            **ended)  # type: ignore[arg-type]  # fmt: skip
+
+
+TWO_TURNS = [client(1.0), *answer(1.1), client(2.0), *answer(2.1)]
+CUT = 1006
+
+
+def test_the_client_hanging_up_between_turns_is_no_reset() -> None:
+    # Codex exits without a close frame: the recorder sees the client's connection close after
+    # every turn was answered.
+    left = analyze(socket_exchange(TWO_TURNS, WsClose(3.0, None, CUT), "client disconnected"))
+    assert left.classified.outcome is Outcome.OK
+    assert left.classified.detail == "WebSocket: 2 turn(s); the client hung up without a close frame (1006)"
+
+
+def test_a_cut_of_the_servers_side_between_turns_stays_a_reset() -> None:
+    # The same cut, but of the connection to the server: the next turn would have failed on it.
+    cut = analyze(socket_exchange(TWO_TURNS, WsClose(3.0, None, CUT), "server disconnected"))
+    assert cut.classified.outcome is Outcome.RESET and "between turns the socket was cut" in cut.classified.detail
+    closed = analyze(socket_exchange(TWO_TURNS, WsClose(3.0, "server", 1011, "bye"), None))
+    assert closed.classified.outcome is Outcome.RESET
+
+
+def test_the_client_hanging_up_mid_turn_is_not_made_a_whole_answer() -> None:
+    # Turn 2 had no terminal event when the client left: the rule for a client that leaves
+    # between turns must not make it an answered turn.
+    unanswered = [client(1.0), *answer(1.1), client(2.0), server(2.1, "response.created")]
+    mid = analyze(socket_exchange(unanswered, WsClose(3.0, None, CUT), "client disconnected"))
+    assert mid.classified.outcome is not Outcome.OK
+    assert mid.classified.detail.startswith("WebSocket turn 2 of 2:"), mid.classified.detail
