@@ -182,9 +182,6 @@ def test_check_replays_codexs_socket_healthy(direct_run: HarnessRun, engine: Man
     assert set(range(1, len(found) + 1)) <= observed, observed
 
 
-@pytest.mark.xfail(strict=True, reason="core/replay/plan.plan_socket plans a socket_end turn (the chain ending the "
-                   "socket while idle) for every end but a client's close frame, Codex's hang-up (1006, client "
-                   "disconnected) too: the replay then watches an idle socket the client had left")  # fmt: skip
 def test_codex_hanging_up_is_not_replayed_as_the_chain_ending_its_socket(direct_run: HarnessRun) -> None:
     loaded = open_recording(str(direct_run.recording))
     (summary,) = loaded.summaries

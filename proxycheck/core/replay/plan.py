@@ -339,7 +339,7 @@ def plan_socket(summary: SessionSummary, ex: RecordedExchange, origin: float) ->
             client_id=client, recorded=recorded, redacted=ex.redacted, recorded_at=round(t0 - origin, 6),
         ))  # fmt: skip
         prev_end = one.ended_at if one.ended_at is not None else last
-    if close is not None and close.by != "client" and prev_end is not None and judged[-1].turn.terminal is not None:
+    if close is not None and not gave_up and prev_end is not None and judged[-1].turn.terminal is not None:
         # The chain ended the socket while it sat idle after its last turn: what the hop did then
         # is part of what it did (an idle timeout), watched for as a last "turn" of the socket.
         state = _analyze_socket_state(ex)
