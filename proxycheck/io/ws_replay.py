@@ -42,9 +42,9 @@ from typing import Any
 import aiohttp
 
 from proxycheck.core.exchange.machine import (
-    BodyData,
     ErrorKind,
     ExchangeMachine,
+    MessageData,
     RequestSent,
     ResponseHeaders,
     StreamClosed,
@@ -53,7 +53,7 @@ from proxycheck.core.exchange.machine import (
 )
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome, Watchdog
-from proxycheck.core.recording.websocket import WsMessage, sse_event
+from proxycheck.core.recording.websocket import WsMessage
 from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, think_delay
 from proxycheck.core.replay.socket import SocketIds, handshake_headers, ws_url
 from proxycheck.io.proxying import aiohttp_session
@@ -264,9 +264,9 @@ async def _answer(sock: _Socket, machine: ExchangeMachine, ctx: Any) -> Any:
         now = time.monotonic()
         ctx.alarms.ring()
         if msg.type == aiohttp.WSMsgType.TEXT or msg.type == aiohttp.WSMsgType.BINARY:
-            data = msg.data.encode("utf-8", "surrogateescape") if msg.type == aiohttp.WSMsgType.TEXT else msg.data
-            machine.handle(BodyData(now, sse_event(data)))
-            if not machine.ended and (machine.answer_ended or _is_error_event(data)):
+            text = msg.data if msg.type == aiohttp.WSMsgType.TEXT else msg.data.decode("utf-8", "replace")
+            machine.handle(MessageData(now, text, len(text)))
+            if not machine.ended and (machine.answer_ended or _is_error_event(text)):
                 machine.handle(StreamClosed(now))  # a socket's turn ends with its terminal event
         else:  # CLOSE, CLOSING, CLOSED, ERROR: the socket ended mid-answer
             words = _closed_words(sock.ws)
@@ -275,9 +275,9 @@ async def _answer(sock: _Socket, machine: ExchangeMachine, ctx: Any) -> Any:
     return machine.result
 
 
-def _is_error_event(data: bytes) -> bool:
+def _is_error_event(text: str) -> bool:
     """An `error` event, which ends a turn on a socket (the socket stays open)."""
-    return b'"error"' in data[:64] and WsMessage(0.0, False, data).type == "error"
+    return '"error"' in text[:64] and WsMessage(0.0, False, text.encode("utf-8", "surrogateescape")).type == "error"
 
 
 def _closed_words(ws: aiohttp.ClientWebSocketResponse) -> str:

@@ -7,6 +7,8 @@ one monotonic clock of the driver's choosing:
 
     RequestSent -> [ConnectStarted -> Connected] -> ResponseHeaders -> BodyData* -> StreamClosed
 
+(`MessageData` for a body whose transport frames its events itself: a WebSocket turn's messages),
+
 or, at any point, `WatchdogExpired` (which watchdog) or `TransportError` (what kind, as the
 transport names it). After each event `handle` returns what to wait for next (`Wait`: which
 watchdog fires, and when), or None once the exchange has ended; the machine may end it itself
@@ -63,6 +65,7 @@ __all__ = [
     "Ending",
     "ErrorKind",
     "ExchangeMachine",
+    "MessageData",
     "ProtocolMisuse",
     "RequestSent",
     "ResponseHeaders",
@@ -116,6 +119,16 @@ class BodyData:
 
 
 @dataclass(frozen=True, slots=True)
+class MessageData:
+    """One whole event of the response that its transport framed (a WebSocket message: text, of
+    `size` bytes), that arrived at `t`: a stream's event without the SSE framing."""
+
+    t: float
+    data: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
 class WatchdogExpired:
     """The watchdog the last `Wait` named fired at `t`."""
 
@@ -140,7 +153,8 @@ class StreamClosed:
 
 
 Event = Union[
-    RequestSent, ConnectStarted, Connected, ResponseHeaders, BodyData, WatchdogExpired, TransportError, StreamClosed
+    RequestSent, ConnectStarted, Connected, ResponseHeaders, BodyData, MessageData, WatchdogExpired, TransportError,
+    StreamClosed,
 ]
 
 
@@ -210,7 +224,14 @@ class ExchangeMachine:
         """Take one event; returns what to wait for next, or None once the exchange has ended."""
         if self._phase is _Phase.ENDED:
             raise ProtocolMisuse(f"{type(event).__name__} after the exchange ended")
-        if isinstance(event, RequestSent):
+        if isinstance(event, BodyData):  # first: the hot path, one event per read
+            self._expect(_Phase.RECEIVING, event)
+            self._data(event)
+        elif isinstance(event, MessageData):
+            self._expect(_Phase.RECEIVING, event)
+            if self._tracker.feed_event(event.data, event.size, self._offset(event.t)):
+                self._moved(event.t)
+        elif isinstance(event, RequestSent):
             self._expect(_Phase.NEW, event)
             self.start = self._last_progress = event.t
             self._phase = _Phase.AWAITING_HEADERS
@@ -223,9 +244,6 @@ class ExchangeMachine:
         elif isinstance(event, ResponseHeaders):
             self._expect(_Phase.AWAITING_HEADERS, event)
             self._headers(event)
-        elif isinstance(event, BodyData):
-            self._expect(_Phase.RECEIVING, event)
-            self._data(event)
         elif isinstance(event, StreamClosed):
             self._expect(_Phase.RECEIVING, event)
             if self._reads_stream:
@@ -257,9 +275,7 @@ class ExchangeMachine:
     def _data(self, event: BodyData) -> None:
         if self._reads_stream:
             if self._tracker.feed(event.data, self._offset(event.t)):
-                self._silence_ended(event.t, Watchdog.IDLE if self._progressed else Watchdog.FIRST_EVENT)
-                self._last_progress = event.t
-                self._progressed = True
+                self._moved(event.t)
             return
         # Read whole: no content can arrive before the whole body, so the stall watchdog bounds
         # all of it (no progress to re-arm it).
@@ -269,6 +285,12 @@ class ExchangeMachine:
             # Enough of an error body to quote: the status is the outcome. Not read to its end,
             # so its connection is not reused.
             self._finish(event.t, Completed())
+
+    def _moved(self, t: float) -> None:
+        """Content progressed at `t` (a stream's event, or a message)."""
+        self._silence_ended(t, Watchdog.IDLE if self._progressed else Watchdog.FIRST_EVENT)
+        self._last_progress = t
+        self._progressed = True
 
     def _silence_ended(self, t: float, watchdog: Watchdog) -> None:
         """Progress came at `t`: keep the silence it ended if it went past its watchdog."""

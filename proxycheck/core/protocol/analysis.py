@@ -93,26 +93,44 @@ class StreamTracker:
                 kind = EventKind.MALFORMED
                 progress |= acc is None
             else:
-                self._events += 1
-                if self._first_event is None:
-                    self._first_event = time
-                if acc is None:
-                    kind = EventKind.META
-                    progress = True
-                else:
-                    kind = acc.feed(item.type, item.data)  # type: ignore[union-attr]
-                    if kind is _CONTENT:
-                        self._content_times.append(time)
-                        progress = True
-                    elif kind is _TERMINAL or kind is _ERROR:
-                        progress = True
-                        if kind is _TERMINAL and self._terminal_at is None:
-                            self._terminal_at = time
-                    if self._finish_at is None and acc.finish_seen:
-                        self._finish_at = time
+                kind, moved = self._complete(item.type, item.data, time)  # type: ignore[union-attr]
+                progress |= moved
             if log is not None:
                 log.append(Event(time, item.end - item.start, kind._value_))  # _value_: no enum property lookup
         return progress
+
+    def feed_event(self, data: str, size: int, time: float) -> bool:
+        """One whole event whose transport frames it (a WebSocket message: no SSE framing to
+        undo), of `size` bytes, that arrived at `time`; True if it is progress. Its type is the
+        one its JSON says (the dialects read it there)."""
+        if self._first_byte is None:
+            self._first_byte = time
+        self._bytes += size
+        kind, progress = self._complete("message", data, time)
+        if self.log is not None:
+            self.log.append(Event(time, size, kind._value_))
+        return progress
+
+    def _complete(self, event_type: str, data: str, time: float) -> tuple[EventKind, bool]:
+        """A complete event: its kind, and whether it is progress."""
+        self._events += 1
+        if self._first_event is None:
+            self._first_event = time
+        acc = self._acc
+        if acc is None:
+            return EventKind.META, True
+        kind = acc.feed(event_type, data)
+        progress = False
+        if kind is _CONTENT:
+            self._content_times.append(time)
+            progress = True
+        elif kind is _TERMINAL or kind is _ERROR:
+            progress = True
+            if kind is _TERMINAL and self._terminal_at is None:
+                self._terminal_at = time
+        if self._finish_at is None and acc.finish_seen:
+            self._finish_at = time
+        return kind, progress
 
     @property
     def answer_ended(self) -> bool:
