@@ -84,7 +84,7 @@ def test_an_engine_that_cuts_its_sockets_at_turn_2_is_the_server_from_turn_2(
     assert all("without a close frame" in f["detail"] for f in second), second
 
 
-def test_minimize_bench_and_export_say_what_they_do_not_do_with_sockets(engines: EngineFactory, mitmdumps: MitmdumpFactory,
+def test_minimize_and_bench_say_what_they_do_not_do_with_sockets(engines: EngineFactory, mitmdumps: MitmdumpFactory,
                                                                   tmp_path: Path, capsys: pytest.CaptureFixture) -> None:  # fmt: skip
     recording = recorded(engines, mitmdumps, tmp_path / "rec", sockets=1)
     engine = engines(*FAST)
@@ -98,5 +98,3 @@ def test_minimize_bench_and_export_say_what_they_do_not_do_with_sockets(engines:
     err = capsys.readouterr().err
     assert "1 WebSocket session(s) left out: bench sends HTTP requests only" in err
     assert "no LLM requests to send over HTTP" in err
-    assert cli.main(["export", str(recording), "--har", str(tmp_path / "out.har")]) == 0
-    assert "1 WebSocket session(s) exported as their handshake only" in capsys.readouterr().err

@@ -32,9 +32,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run(args: argparse.Namespace) -> int:
     check_outputs(files={"--har": args.har})  # before the recording is read
     loaded = open_recording(args.directory)
-    sockets = sum(1 for x in loaded.recording.exchanges if x.ws)
-    print_warnings(loaded.warnings + ([f"{args.directory}: {sockets} WebSocket session(s) exported as their handshake "
-                                       "only: their messages are not written to HAR yet"] if sockets else []))  # fmt: skip
+    print_warnings(loaded.warnings)
     document = har_document(loaded.recording)
     write_har(document, args.har)
     entries = document["log"]["entries"]

@@ -50,6 +50,7 @@ from proxycheck.core.errors import BadInput
 from proxycheck.core.protocol import dialects
 from proxycheck.core.recording.capture import header_text
 from proxycheck.core.recording.journal import MAX_WALL, NOT_RECORDED_PREFIX, RecordedExchange, what_is_not_recorded
+from proxycheck.core.recording.websocket import WsClose, WsMessage, decode_close
 from proxycheck.core.recording.redact import REDACTED, REDACTED_TEXT, HeaderValue, RedactionPolicy
 from proxycheck.core.replay.marker import REPLAY_HEADER
 from proxycheck.io.outputs import check_outputs, write_file
@@ -103,6 +104,9 @@ class Imported:
     # Why the recording it was copied from lacks part of it (a full disk, a damaged line), without
     # NOT_RECORDED_PREFIX; None when it was recorded whole. The copy says so too (no invented wedge).
     not_recorded: str | None = None
+    # A WebSocket session's messages (Chrome's `_webSocketMessages`) and how its socket ended.
+    ws: list[WsMessage] = field(default_factory=list)
+    ws_close: WsClose | None = None
 
     def is_llm(self) -> bool:
         headers = {n.lower(): v for n, v in self.headers}
@@ -191,6 +195,11 @@ def _write_one(writer: RecordingWriter, x: Imported) -> None:
         )  # fmt: skip
         for t, chunk in x.chunks:
             writer.data(xid, chunk, t=t)
+    for m in x.ws:
+        writer.ws_message(xid, m.data, from_client=m.from_client, text=m.text, t=m.t)
+    if x.ws_close is not None:
+        c = x.ws_close
+        writer.ws_close(xid, c.by, c.code, c.reason, t=c.t)
     if x.error is not None:
         writer.error(xid, x.error, t=x.t_error)
     elif x.t_end is not None:
@@ -347,7 +356,36 @@ def _entry(entry: dict[str, Any], where: str, t0: float, own: bool, result: Impo
         _fill_exact(x, entry, exact)
     else:
         _fill_foreign(x, entry, t0, result)
+    _fill_messages(x, entry, t0 - _start_of(entry, t0), exact is not None)
     return x
+
+
+def _start_of(entry: Mapping[str, Any], t0: float) -> float:
+    """The entry's start in epoch seconds: what a message's `time` is measured against."""
+    started = entry.get("startedDateTime")
+    return parse_time(started) if isinstance(started, str) else t0
+
+
+def _fill_messages(x: Imported, entry: Mapping[str, Any], shift: float, own: bool) -> None:
+    """Chrome's `_webSocketMessages` (epoch `time`s, `shift` making them offsets), with the exact
+    offsets and the socket's end of a proxycheck export."""
+    messages = entry.get("_webSocketMessages")
+    if not isinstance(messages, list):
+        return
+    for m in messages:
+        if not isinstance(m, dict) or m.get("type") not in ("send", "receive"):
+            raise _Skip("a _webSocketMessages item is not a send or receive message")
+        text = m.get("opcode", 1) == 1
+        data = m.get("data", "")
+        if not isinstance(data, str):
+            raise _Skip("a WebSocket message's data is not text")
+        raw = data.encode("utf-8", "surrogatepass") if text else base64.b64decode(data, validate=True)
+        t = m.get("_proxycheck_t") if own and _is_number(m.get("_proxycheck_t")) else None
+        when = float(t) if t is not None else float(m["time"]) + shift
+        x.ws.append(WsMessage(when, m["type"] == "send", raw, text))
+    end = entry.get("_proxycheck_ws_close") if own else None
+    if isinstance(end, dict):
+        x.ws_close = decode_close(end, float(end["t"]))
 
 
 def _fill_foreign(x: Imported, entry: dict[str, Any], t0: float, result: ImportResult) -> None:
@@ -652,7 +690,21 @@ def _har_entry(recording: Any, x: RecordedExchange, started_at: float) -> dict[s
         entry["_proxycheck_inflight"] = True
     if (lacking := what_is_not_recorded(x)) is not None:  # no wedge: the recording lacks part of it
         entry["_proxycheck_not_recorded"] = lacking
+    if x.ws or x.ws_close is not None:  # a WebSocket session: its messages as Chrome writes them
+        entry["_resourceType"] = "websocket"
+        entry["_webSocketMessages"] = [_har_message(m, started_at) for m in x.ws]
+        if x.ws_close is not None:
+            c = x.ws_close
+            entry["_proxycheck_ws_close"] = {"t": c.t, "by": c.by, "code": c.code, "reason": c.reason}
     return entry
+
+
+def _har_message(m: WsMessage, started_at: float) -> dict[str, Any]:
+    """One message as Chrome's HAR has it (`time` in epoch seconds, `opcode` 1 text, 2 binary;
+    a binary one's data in base64, as Chrome writes it), its offset kept exactly beside it."""
+    data = m.data.decode("utf-8", "surrogatepass") if m.text else base64.b64encode(m.data).decode("ascii")
+    return {"type": "send" if m.from_client else "receive", "time": started_at + m.t, "opcode": 1 if m.text else 2,
+            "data": data, "_proxycheck_t": m.t}  # fmt: skip
 
 
 def iso_time(epoch: float) -> str:

@@ -109,3 +109,25 @@ def test_beside_http_sessions_a_socket_is_planned_as_one_socket_of_its_turns(
     sockets = [line for line in lines if " WS ws://" in line]
     assert len(sockets) == 2 and "new socket" in sockets[0] and "the same socket" in sockets[1], lines
     assert sum(" POST http://" in line for line in lines) == 1 and not any(" GET " in line for line in lines)
+
+
+def test_a_socket_goes_through_har_and_back_whole(engines: EngineFactory, mitmdumps: MitmdumpFactory,
+                                                   tmp_path: Path) -> None:  # fmt: skip
+    engine = engines(*FAST)
+    out = tmp_path / "rec"
+    recorder = mitmdumps.recorder(engine, out)
+    asyncio.run(converse(ws_url(recorder), turns_=2))
+    settle()
+    recorder.stop()
+    har = tmp_path / "rec.har"
+    assert run_proxycheck("export", str(out), "--har", str(har)).returncode == 0
+    (entry,) = json.loads(har.read_text())["log"]["entries"]
+    assert entry["_resourceType"] == "websocket" and {m["type"] for m in entry["_webSocketMessages"]} == {"send", "receive"}
+    back = tmp_path / "back"
+    done = run_proxycheck("import", str(har), "--out", str(back))
+    assert done.returncode == 0, done.stderr
+    (before,), (after,) = load(out).exchanges, load(back).exchanges
+    assert [(m.from_client, m.data) for m in after.ws] == [(m.from_client, m.data) for m in before.ws]
+    assert [round(m.t, 6) for m in after.ws] == [round(m.t, 6) for m in before.ws]
+    assert after.ws_close == before.ws_close and after.websocket
+    assert [t.outcome for t in open_recording(str(back)).summaries[0].turns] == [Outcome.OK]
