@@ -87,9 +87,7 @@ def load_sessions(directory: str) -> list[PlannedSession]:
     """The recording's sessions as a replay sends them, its warnings shown (bad input: BadInput)."""
     loaded = open_recording(directory)
     print_warnings(loaded.warnings)
-    planned = loaded.planned  # with nothing to replay, the line that says why
-    print_warnings(loaded.left_out)
-    return planned
+    return loaded.planned
 
 
 class StopSignal:

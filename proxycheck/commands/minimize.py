@@ -77,8 +77,7 @@ def run(args: argparse.Namespace) -> int:
     check_tls([chain.route(name) for name in chain.ladder()] if args.route is None else [chain.route(args.route)])
     loaded = open_recording(args.directory)  # opened once: planned here, its candidates built from it
     print_warnings(loaded.warnings)
-    sessions = loaded.planned  # with nothing to replay, the line that says why
-    print_warnings(loaded.left_out)
+    sessions = loaded.planned
     sockets = sum(1 for s in sessions if s.transport == "websocket")
     if sockets:
         # Its turns continue the socket's memory: a subset of them is another conversation, and

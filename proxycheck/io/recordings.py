@@ -27,7 +27,7 @@ from proxycheck.core.recording import journal as fmt
 from proxycheck.core.recording.journal import RecordedExchange
 from proxycheck.core.recording.sessions import DEFAULT_SESSION_FIELDS, DEFAULT_SESSION_HEADERS
 from proxycheck.core.recording.summary import SessionSummarizer, SessionSummary
-from proxycheck.core.replay.plan import PlannedSession, plan_sessions, websocket_left_out
+from proxycheck.core.replay.plan import PlannedSession, plan_sessions
 from proxycheck.io.jsonl import loads_strict, read_json_file
 from proxycheck.io.storage import Recording, load
 
@@ -57,12 +57,6 @@ class LoadedRecording:
     def warnings(self) -> list[str]:
         return [str(w) for w in self.recording.warnings]
 
-    @property
-    def left_out(self) -> list[str]:
-        """What a replay of the recording leaves out, said (a command that replays shows it)."""
-        said = websocket_left_out(self.recording.exchanges)
-        return [f"{self.where}: {said}"] if said else []
-
     @cached_property
     def summaries(self) -> list[SessionSummary]:
         """The sessions as `proxycheck sessions` shows them (each turn keeps its analysis)."""
@@ -82,9 +76,7 @@ class LoadedRecording:
         except ValueError as exc:
             raise BadInput(self.where, str(exc)) from None
         if not sessions:
-            left_out = websocket_left_out(self.recording.exchanges)
-            raise BadInput(self.where, f"holds no LLM requests to replay ({left_out})" if left_out else
-                           "holds no LLM requests to replay")  # fmt: skip
+            raise BadInput(self.where, "holds no LLM requests to replay")
         return sessions
 
 

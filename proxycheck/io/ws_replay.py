@@ -141,6 +141,24 @@ async def run_socket(session: PlannedSession, ctx: Any, start_at: float | None, 
     try:
         for turn in session.turns:
             wake = start_at if prev_end is None else prev_end + _think(turn, ctx)
+            if turn.handshake:  # only the upgrade: what the recorded client met
+                if wake is not None:
+                    await ctx.alarms.sleep_until(wake)
+                if not ctx.budget.take():
+                    return
+                machine = ExchangeMachine(dialect=None, streamed=False, watchdogs=ctx.options.watchdogs)  # no answer to read
+                ctx.listener.request(ctx.route, turn, url, headers, b"")
+                try:
+                    sock = _Socket(await _open(client, url, headers, machine, ctx, send=None))
+                    machine.handle(StreamClosed(time.monotonic()))  # the 101: the upgrade agreed to
+                except _Ended as exc:
+                    ended = exc.why
+                obs = replace(machine.observation(clock_origin=ctx.origin, reused=False, idle=None, connection=1),
+                              transport=WEBSOCKET)  # fmt: skip
+                if obs.outcome is Outcome.OK:
+                    obs = replace(obs, detail="the upgrade was agreed to (101)", status=101)
+                observed(obs, turn, None)
+                continue
             if turn.socket_end:
                 if ended is None and sock is not None and prev_end is not None:
                     observed(await _idle_end(sock, turn, ctx, prev_end), turn, None)
@@ -210,8 +228,9 @@ def _think(turn: PlannedTurn, ctx: Any) -> float:
 
 
 async def _open(client: aiohttp.ClientSession, url: str, headers: dict[str, str], machine: ExchangeMachine,
-                ctx: Any) -> aiohttp.ClientWebSocketResponse:  # fmt: skip
-    """The handshake, as the first turn's start: a refused upgrade ends the turn with its status."""
+                ctx: Any, send: bytes | None = b"") -> aiohttp.ClientWebSocketResponse:  # fmt: skip
+    """The handshake, as the first turn's start: a refused upgrade ends the turn with its status.
+    Then the turn's message (`send`: the machine's request body; None: the handshake alone)."""
     machine.handle(RequestSent(time.monotonic()))
     try:
         ws = await asyncio.wait_for(client.ws_connect(url, headers=headers, autoping=True, heartbeat=None, max_msg_size=0),
@@ -227,8 +246,12 @@ async def _open(client: aiohttp.ClientSession, url: str, headers: dict[str, str]
     except (aiohttp.ClientConnectorError, aiohttp.ClientProxyConnectionError, OSError) as exc:
         machine.handle(TransportError(time.monotonic(), ErrorKind.CONNECT, f"{type(exc).__name__}: {exc}"))
         raise _Ended("no connection") from None
-    await ws.send_str(machine.request_body.decode("utf-8", "surrogateescape"))
-    machine.handle(ResponseHeaders(time.monotonic(), 200, SSE, "HTTP/1.1"))
+    if send is not None:
+        await ws.send_str(machine.request_body.decode("utf-8", "surrogateescape"))
+        machine.handle(ResponseHeaders(time.monotonic(), 200, SSE, "HTTP/1.1"))
+    else:
+        # The 101 (no body follows on this exchange): said as a complete answer with nothing in it.
+        machine.handle(ResponseHeaders(time.monotonic(), 200, (), "HTTP/1.1"))
     return ws
 
 

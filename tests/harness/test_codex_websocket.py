@@ -2,7 +2,8 @@
 by `proxycheck record` (reverse mode) in front of the reference engine, then with a real nginx
 between the recorder and the engine, once forwarding the upgrade and once not; each recording then
 checked (`check --pace fast` over the engine, and nginx when it was there): healthy, every turn
-replayed ok on every route (the socket's on a socket), the refused upgrades left out in one line.
+replayed ok on every route (the socket's on a socket), and the refused upgrades, replayed as the
+handshakes they were, name nginx.
 
 The command line and config are test_codex.py's, the provider table with `supports_websockets =
 true` added (`proxycheck.io.harness.codex_config(url, websocket=True)`; retries off), the engine
@@ -257,10 +258,16 @@ def test_through_nginx_not_forwarding_the_upgrade_codex_falls_back_to_http(codex
     try:
         run = run_recorded(codex, nginx.url, tmp_path)
         fell_back(run, status, tries)
-        # The session Codex had over HTTP replays as it ran, through nginx too; the refused
-        # upgrades, with no turn to replay, are left out, said in one line.
-        stderr = checked_healthy(run, engine, [("nginx", nginx.url)], tmp_path)
-        left_out = f"{tries} WebSocket upgrade(s) without a turn on their socket (refused, or never used) are left out"
-        assert stderr.count(left_out) == 1, stderr
+        # check replays each refused upgrade as the handshake it was, beside the HTTP session
+        # Codex fell back to: the engine agrees to it, nginx refuses it, and nginx is named for it.
+        done, verdict = check_verdict(run.recording, write_chain(tmp_path / "chain.toml", engine.url,
+                                                                 [("nginx", nginx.url)]), tmp_path)  # fmt: skip
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert (verdict["verdict"], verdict["culprit"], verdict["first_turn"]) == ("proxy", "nginx", 1), verdict["summary"]
+        routes = {r["route"]: r for r in verdict["routes"]}
+        assert routes["direct"]["failures"] == 0
+        assert routes["via:nginx"]["outcomes"].get("http_error") == tries * routes["via:nginx"]["repetitions"]
+        (said,) = [a for a in verdict["advice"] if a["hop"] == "nginx"]
+        assert said["kind"] == "ws_upgrade_refused" and "proxy_set_header Upgrade" in said["likely"], said
     finally:
         nginx.stop()

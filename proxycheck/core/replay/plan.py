@@ -211,6 +211,9 @@ elsewhere): what tells which sessions were in flight together.
     # chain (not the client): nothing is sent; the replay watches the socket that long
     # (`think_time`) for the same end (`plan_socket`).
     socket_end: bool = False
+    # A WebSocket upgrade with no turn on its socket (refused, never answered): only the handshake
+    # is replayed, and judged (`plan_socket`).
+    handshake: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,9 +249,9 @@ def plan_sessions(
     """The sessions to replay (from `summarize_sessions` on the same exchanges), in recorded start order.
 
     Exchanges that are not LLM requests (dialect None: model lists, health checks, embeddings)
-    are skipped unless `include_non_llm`, and so are WebSocket sessions (`is_websocket_session`:
-    a replay does not carry them yet, and sending their upgrade as a plain HTTP request would
-    judge a transport the client never used); a session left without turns is dropped. BadInput when
+    are skipped unless `include_non_llm`; a WebSocket session (`is_websocket_session`) is planned
+    as a socket of its own (`plan_socket`), never as an HTTP request, which would judge a transport
+    the client never used; a session left without turns is dropped. BadInput when
     a joined body does not match its recorded digest (a damaged piece would otherwise be sent
     silently); ValueError when a session names an exchange that is not in `recording_exchanges`.
 
@@ -289,27 +292,29 @@ def is_websocket_session(ex: RecordedExchange) -> bool:
     return ex.websocket or is_upgrade(ex.request_headers)
 
 
-def websocket_left_out(exchanges: Sequence[RecordedExchange]) -> str | None:
-    """The warning a replay gives for the WebSocket sessions it cannot send: an upgrade without
-    a turn on its socket (refused, or never used): nothing of the conversation to replay."""
-    count = sum(1 for x in exchanges if is_websocket_session(x) and not websocket.turns(x.ws))
-    if not count:
-        return None
-    return (f"{count} WebSocket upgrade(s) without a turn on their socket (refused, or never used) are left out: "
-            "nothing of a conversation to replay; `proxycheck sessions` lists them")
-
-
 def plan_socket(summary: SessionSummary, ex: RecordedExchange, origin: float) -> PlannedSession | None:
-    """A recorded WebSocket session as a replay sends it (None: no turn on it): one socket, its
+    """A recorded WebSocket session as a replay sends it: one socket, its
     handshake the recorded one (`url`, the headers kept as for any request), a turn per
     `response.create` message, sent exactly as recorded but for `previous_response_id`, which
     the replayer maps to the ids its engine gives (`proxycheck.core.replay.socket`); each after
     the recorded think time since the turn before ended. What the recording saw of each turn is
     `socket_turns`' judgement of it."""
     judged = socket_turns(ex)
-    if not judged:
-        return None
     headers = replay_headers(ex.request_headers)
+    if not judged:
+        # No turn on it: the upgrade refused, never answered, or a socket never used. The
+        # handshake is what the recorded client met: replayed alone (`PlannedTurn.handshake`).
+        state = analyze(ex).classified
+        only = PlannedTurn(
+            session=summary.id, turn=1, xid=ex.xid, method="WS", url=ex.url, dialect=WS_DIALECT, streamed=True,
+            http_version=ex.http_version, headers=headers, body=b"", think_time=None, new_connection=True,
+            client_id=ex.conn.client_id if ex.conn else None,
+            recorded=RecordedOutcome(outcome=state.outcome, detail=state.detail, status=ex.status,
+                                     duration=None if ended_at(ex) is None else round(ended_at(ex) - ex.t_request, 6)),
+            redacted=ex.redacted, recorded_at=round(ex.t_request - origin, 6), handshake=True,
+        )  # fmt: skip
+        return PlannedSession(summary.id, summary.grouped_by, WS_DIALECT, round(ex.t_request - origin, 6), (only,),
+                              summary.label or summary.id, summary.key, transport="websocket")  # fmt: skip
     client = ex.conn.client_id if ex.conn else None
     close = ex.ws_close
     gave_up = close is not None and close.by == "client" or (ex.error or "").lower().startswith("client")
