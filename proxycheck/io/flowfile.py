@@ -3,7 +3,9 @@
 This module owns reading mitmproxy's own format with `mitmproxy.io.FlowReader` (it migrates
 dumps of older mitmproxy versions; 11.x and 12.x are both supported) and turning HTTP flows into
 the neutral `proxycheck.io.har.Imported` exchanges that `write_recording` journals. Flows that
-are not HTTP (TCP, UDP, DNS) and WebSocket messages are left out, with one warning.
+are not HTTP (TCP, UDP, DNS) are left out, with one warning. A WebSocket session keeps its
+messages, each with its time, and how its socket ended (`flow.websocket`), as the recorder
+journals them.
 
 Times come from mitmproxy's timestamps: the request at `request.timestamp_start`, the response
 headers at `response.timestamp_start`, the body as ONE chunk at `response.timestamp_end`
@@ -30,6 +32,7 @@ from typing import Any
 
 from proxycheck.core.errors import BadInput
 from proxycheck.core.recording.capture import ConnectionBook, header_text
+from proxycheck.core.recording.websocket import ABNORMAL, WsClose, WsMessage
 from proxycheck.io.har import Imported, ImportedResponse, ImportResult, check_importable
 
 # The tnetstring type of each top-level item a dump holds: a dictionary (a flow's state).
@@ -154,12 +157,35 @@ def _exchange(f: Any, where: str, started_at: float, warnings: list[str]) -> Imp
     t_last = (request.timestamp_end or request.timestamp_start) - started_at
     if f.response is not None:
         t_last = _response(x, f.response, started_at, where, warnings)
+    if f.websocket is not None:
+        t_last = _socket(x, f.websocket, started_at, t_last)
     if f.error is not None:
         x.error = f.error.msg or "error"
         x.t_error = max((f.error.timestamp or 0.0) - started_at, t_last)
-    elif f.response is not None and f.response.timestamp_end:
+    elif f.websocket is not None and x.ws_close is not None and not x.ws_close.clean:
+        # A cut without a close frame (wsproto's 1006): the side whose connection dropped.
+        x.error, x.t_error = ("client" if f.websocket.closed_by_client else "server") + " disconnected", t_last
+    elif f.response is not None and (f.response.timestamp_end or f.websocket is not None):
         x.t_end = t_last
     return x
+
+
+def _socket(x: Imported, ws: Any, started_at: float, t_last: float) -> float:
+    """A WebSocket session's messages (each with its time) and how its socket ended, as the
+    recorder journals them (`proxycheck.hops.record_ws`); returns the offset of its end."""
+    for m in ws.messages:
+        t = (m.timestamp or started_at) - started_at
+        x.ws.append(WsMessage(t, bool(m.from_client), bytes(m.content), bool(m.is_text)))
+        t_last = max(t_last, t)
+    if ws.timestamp_end is not None or ws.close_code is not None:
+        end = max((ws.timestamp_end or 0.0) - started_at, t_last)
+        code = ws.close_code
+        if code is None or code == ABNORMAL:
+            x.ws_close = WsClose(end, None, ABNORMAL, ws.close_reason or "")
+        else:
+            x.ws_close = WsClose(end, "client" if ws.closed_by_client else "server", code, ws.close_reason or "")
+        t_last = end
+    return t_last
 
 
 def _response(x: Imported, response: Any, started_at: float, where: str, warnings: list[str]) -> float:

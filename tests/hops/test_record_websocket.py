@@ -20,7 +20,7 @@ import aiohttp
 import httpx
 import pytest
 from cli_runner import run_proxycheck
-from processes import EngineFactory, MitmdumpFactory
+from processes import RECORD, EngineFactory, MitmdumpFactory
 from websocket_clients import TERMINAL, converse, ws_url
 
 from proxycheck.core.exchange.outcomes import Outcome
@@ -131,3 +131,24 @@ def test_a_socket_goes_through_har_and_back_whole(engines: EngineFactory, mitmdu
     assert [round(m.t, 6) for m in after.ws] == [round(m.t, 6) for m in before.ws]
     assert after.ws_close == before.ws_close and after.websocket
     assert [t.outcome for t in open_recording(str(back)).summaries[0].turns] == [Outcome.OK]
+
+
+def test_a_mitmproxy_dump_of_a_socket_imports_as_the_recorder_journals_it(engines: EngineFactory,
+                                                                           mitmdumps: MitmdumpFactory,
+                                                                           tmp_path: Path) -> None:  # fmt: skip
+    engine = engines(*FAST)
+    dump = tmp_path / "socket.flow"
+    out = tmp_path / "rec"
+    # One mitmdump both dumps the flows (-w) and records them: the same socket, two ways.
+    hop = mitmdumps("--mode", f"reverse:{engine.url}", "-w", str(dump), "-s", str(RECORD), "--set", f"proxycheck_out={out}")
+    asyncio.run(converse(ws_url(hop), turns_=2))
+    settle()
+    hop.stop()
+    imported = tmp_path / "imported"
+    done = run_proxycheck("import", str(dump), "--out", str(imported))
+    assert done.returncode == 0, done.stderr
+    (recorded,), (back,) = load(out).exchanges, load(imported).exchanges
+    assert [(m.from_client, m.data) for m in back.ws] == [(m.from_client, m.data) for m in recorded.ws]
+    assert back.ws_close is not None and recorded.ws_close is not None
+    assert (back.ws_close.by, back.ws_close.code) == (recorded.ws_close.by, recorded.ws_close.code) == ("client", 1000)
+    assert [t.outcome for t in open_recording(str(imported)).summaries[0].turns] == [Outcome.OK]
