@@ -86,7 +86,9 @@ from mitmproxy.addonmanager import Loader
 from mitmproxy.connection import Client, ConnectionState
 
 from proxycheck.core.protocol import dialects
+from proxycheck.core.testbed.socketfaults import Act, SocketFaults, SocketRules, sendable_close_code
 from proxycheck.core.testbed.ssefilter import SSEFilter, coin, truncate_messages, turn_number
+from proxycheck.hops import faults_ws
 
 __all__ = ["PREFIX", "FaultConfig", "Faults", "parse_config", "reserialize_json"]
 
@@ -176,6 +178,48 @@ _OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
         "Re-serialize JSON request bodies as a gateway does: the same content, other bytes (members in "
         "reverse order, spaces, \\u escapes, float parameters spelled 1.0).",
     ),
+    (
+        "ws_refuse",
+        int,
+        0,
+        "Answer a WebSocket upgrade of an LLM path with this status (e.g. 404, 405, 426), without contacting "
+        "the upstream, as a gateway without WebSocket support does (0: off).",
+    ),
+    (
+        "ws_swallow",
+        bool,
+        False,
+        "Never answer a WebSocket upgrade of an LLM path: hold it (at most stall_seconds), then drop the "
+        "connection, as a proxy that never sends the 101 does.",
+    ),
+    (
+        "ws_idle_close",
+        str,
+        "0",
+        "Close a WebSocket through which no message passed either way for this many seconds (a float; 0: off).",
+    ),
+    (
+        "ws_idle_close_code",
+        int,
+        0,
+        "How ws_idle_close closes: 0, a cut without a close frame (the client sees 1006), as nginx's "
+        "proxy_read_timeout does; or a close frame with this code (e.g. 1001).",
+    ),
+    ("ws_close_after_turns", int, 0, "Close a WebSocket once its K-th turn (response.create) has ended (0: off)."),
+    (
+        "ws_cut_after_events",
+        int,
+        -1,
+        "Close a WebSocket after K events of a turn, mid-answer (gated by from_turn and min_body; -1: off).",
+    ),
+    (
+        "ws_close_code",
+        int,
+        0,
+        "How ws_close_after_turns, ws_cut_after_events and ws_max_life close: 0, a cut without a close frame "
+        "(1006); or a close frame with this code (e.g. 1011).",
+    ),
+    ("ws_max_life", str, "0", "Close a WebSocket this many seconds after its upgrade, whatever flows (a float; 0: off)."),
     ("probability", str, "1", "Probability that a flow's faults fire: one seeded draw per LLM flow (a float)."),
     (
         "active_for",
@@ -209,6 +253,14 @@ class FaultConfig:
     idle_blackhole: float = 0.0
     truncate_messages: int = 0
     reserialize: bool = False
+    ws_refuse: int = 0
+    ws_swallow: bool = False
+    ws_idle_close: float = 0.0
+    ws_idle_close_code: int = 0
+    ws_close_after_turns: int = 0
+    ws_cut_after_events: int = -1
+    ws_close_code: int = 0
+    ws_max_life: float = 0.0
     probability: float = 1.0
     active_for: float = 0.0
     seed: int = 0
@@ -227,6 +279,15 @@ class FaultConfig:
     @property
     def filters_stream(self) -> bool:
         return self.cut_after is not None or self.drop_terminal or self.hold_open
+
+    @property
+    def socket_rules(self) -> SocketRules:
+        return SocketRules(self.ws_close_after_turns, self.ws_cut_after_events, self.from_turn, self.min_body)
+
+    @property
+    def faults_sockets(self) -> bool:
+        """Whether any fault acts on an open WebSocket (the upgrade's faults aside)."""
+        return bool(self.ws_idle_close or self.ws_max_life or self.ws_close_after_turns) or self.ws_cut_after_events >= 0
 
     def describe(self) -> str:
         """The options that differ from their defaults, as `name=value` (empty: no fault)."""
@@ -260,6 +321,21 @@ class _Reader:
         value = self.raw(name)
         if not 100 <= value <= 599:
             self.problems.append(f"{PREFIX}{name} must be an HTTP status (100-599), not {value}")
+        return value
+
+    def status_or_off(self, name: str) -> int:
+        value = self.raw(name)
+        if value != 0 and not 400 <= value <= 599:
+            self.problems.append(f"{PREFIX}{name} must be 0 (off) or an HTTP error status (400-599), not {value}")
+        return value
+
+    def close_code(self, name: str) -> int:
+        value = self.raw(name)
+        if value != 0 and not sendable_close_code(value):
+            self.problems.append(
+                f"{PREFIX}{name} must be 0 (a cut) or a close code a close frame may carry "
+                f"(1000-4999 but 1004, 1005, 1006, 1015), not {value}"
+            )
         return value
 
     def number(self, name: str, *, positive: bool = False, at_most: float | None = None) -> float:
@@ -299,10 +375,20 @@ def parse_config(options: Any) -> FaultConfig:
         idle_blackhole=read.number("idle_blackhole"),
         truncate_messages=read.integer("truncate_messages", 0),
         reserialize=read.raw("reserialize"),
+        ws_refuse=read.status_or_off("ws_refuse"),
+        ws_swallow=read.raw("ws_swallow"),
+        ws_idle_close=read.number("ws_idle_close"),
+        ws_idle_close_code=read.close_code("ws_idle_close_code"),
+        ws_close_after_turns=read.integer("ws_close_after_turns", 0),
+        ws_cut_after_events=read.integer("ws_cut_after_events", -1),
+        ws_close_code=read.close_code("ws_close_code"),
+        ws_max_life=read.number("ws_max_life"),
         probability=read.number("probability", at_most=1.0),
         active_for=read.number("active_for"),
         seed=read.raw("seed"),
     )
+    if config.ws_refuse and config.ws_swallow:
+        read.problems.append(f"{PREFIX}ws_refuse and {PREFIX}ws_swallow exclude each other")
     if read.problems:
         raise exceptions.OptionsError("; ".join(read.problems))
     return config
@@ -323,6 +409,18 @@ class _Plan:
     reset_sent: bool = False
     disabled: bool = False  # a hook failed: the flow goes on unfaulted
     logged: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True, eq=False)
+class _Socket:
+    """One WebSocket the hop faults: its message-driven faults, its clock, its timer."""
+
+    plan: _Plan
+    config: FaultConfig  # as when the socket opened
+    faults: SocketFaults
+    opened: float  # loop time of the upgrade
+    last: float  # loop time of the last message either way
+    timer: asyncio.Task[None] | None = None
 
 
 def _is_sse(response: http.Response | None) -> bool:
@@ -404,6 +502,7 @@ class Faults:
         self._statuses_sent = 0  # requests answered by status_first so far
         self._first_flow_at: float | None = None  # time.monotonic() of the first LLM flow (active_for)
         self._window_closed = False  # the active_for window is over (logged once)
+        self._sockets: dict[str, _Socket] = {}  # flow id -> a faulted WebSocket, until its end
 
     # ---------------------------------------------------------------------------------------
     # options
@@ -441,6 +540,15 @@ class Faults:
 
     def error(self, flow: http.HTTPFlow) -> None:
         self._guarded(flow, "error", self._on_error)
+
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        self._guarded(flow, "websocket_start", self._on_ws_start)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        self._guarded(flow, "websocket_message", self._on_ws_message)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self._guarded(flow, "websocket_end", self._on_ws_end)
 
     def client_disconnected(self, client: Client) -> None:
         self._last_done.pop(client.id, None)
@@ -502,6 +610,8 @@ class Faults:
             plan = self._new_plan(flow)
         plan.turn = turn_number(doc)
         plan.body_bytes = len(flow.request.raw_content or b"")
+        if faults_ws.is_upgrade(flow.request) and await self._maybe_upgrade_fault(flow, plan):
+            return
         if self._maybe_too_large(flow, plan, plan.body_bytes):
             return
         if await self._maybe_blackhole(flow, plan):
@@ -585,8 +695,31 @@ class Faults:
             return False
         plan.answered = True
         self._fired(flow, plan, "idle_blackhole", f"connection idle {idle:.1f} s > {limit:g} s: never answering")
+        await self._never_answer(flow)
+        return True
+
+    async def _never_answer(self, flow: http.HTTPFlow) -> None:
+        """Hold a request until the client leaves (at most stall_seconds), then drop it."""
         await self._hold(flow, self.config.stall_seconds)
         _kill(flow)  # mitmproxy then drops the request: it never reaches the upstream
+
+    async def _maybe_upgrade_fault(self, flow: http.HTTPFlow, plan: _Plan) -> bool:
+        """Refuse (ws_refuse) or swallow (ws_swallow) a WebSocket upgrade; True when done."""
+        cfg = self.config
+        if not plan.fires or not (cfg.ws_refuse or cfg.ws_swallow):
+            return False
+        plan.answered = True
+        if cfg.ws_swallow:
+            self._fired(flow, plan, "ws_swallow", f"upgrade never answered (held at most {cfg.stall_seconds:g} s)")
+            await self._never_answer(flow)
+            return True
+        status = cfg.ws_refuse
+        headers = {"content-type": "application/json"}
+        if status == 405:
+            headers["allow"] = "POST"  # what a server without the WebSocket mode says of this path
+        message = f"WebSocket upgrade refused with {status}"
+        flow.response = http.Response.make(status, _error_body(status, message), headers)
+        self._fired(flow, plan, "ws_refuse", f"{message}, without contacting the upstream")
         return True
 
     def _maybe_truncate(self, flow: http.HTTPFlow, plan: _Plan, body: bytes) -> None:
@@ -765,6 +898,76 @@ class Faults:
         """Remember when the connection's last response ended (for the idle blackhole)."""
         if not _client_gone(flow.client_conn):  # a closed connection's entry would never be removed
             self._last_done[flow.client_conn.id] = time.monotonic()
+
+    # ---------------------------------------------------------------------------------------
+    # WebSocket sessions (the socket's end: `faults_ws`; its turns: `socketfaults`)
+
+    def _on_ws_start(self, flow: http.HTTPFlow) -> None:
+        plan = self._live_plan(flow)
+        cfg = self.config
+        if plan is None or plan.answered or not plan.fires or not cfg.faults_sockets:
+            return
+        now = asyncio.get_running_loop().time()
+        sock = self._sockets[flow.id] = _Socket(plan, cfg, SocketFaults(cfg.socket_rules), now, now)
+        if cfg.ws_idle_close or cfg.ws_max_life:
+            sock.timer = asyncio.ensure_future(self._watch(flow, sock))
+
+    def _on_ws_message(self, flow: http.HTTPFlow) -> None:
+        sock = self._sockets.get(flow.id)
+        if sock is None or sock.plan.disabled:
+            return
+        message = flow.websocket.messages[-1]  # type: ignore[union-attr]
+        sock.last = asyncio.get_running_loop().time()
+        act = sock.faults.message(message.from_client, message.content, message.is_text)
+        if act is Act.DROP:
+            message.drop()  # the hop is closing the socket: nothing passes any more
+        elif act is Act.CLOSE:
+            faults_ws.after_hook(lambda: self._close_socket(flow, sock))  # once the message is relayed
+
+    def _on_ws_end(self, flow: http.HTTPFlow) -> None:
+        sock = self._sockets.pop(flow.id, None)
+        if sock is not None and sock.timer is not None:
+            sock.timer.cancel()
+
+    async def _watch(self, flow: http.HTTPFlow, sock: _Socket) -> None:
+        """The socket's timers: closed once idle for ws_idle_close, or ws_max_life after the upgrade."""
+        cfg = sock.config
+        loop = asyncio.get_running_loop()
+        try:
+            while sock.faults.closing is None:
+                due = []
+                if cfg.ws_idle_close:
+                    due.append((sock.last + cfg.ws_idle_close, "ws_idle_close"))
+                if cfg.ws_max_life:
+                    due.append((sock.opened + cfg.ws_max_life, "ws_max_life"))
+                at, fault = min(due)
+                if at > loop.time():
+                    await asyncio.sleep(at - loop.time())  # `last` may move meanwhile: looked at again
+                    continue
+                if fault == "ws_idle_close":
+                    detail = f"no message either way for {cfg.ws_idle_close:g} s"
+                else:
+                    detail = f"{cfg.ws_max_life:g} s after the upgrade"
+                sock.faults.close(fault, detail)
+                self._close_socket(flow, sock)
+        except Exception:
+            self._failed(flow, "websocket timer")
+
+    def _close_socket(self, flow: http.HTTPFlow, sock: _Socket) -> None:
+        """End the socket as its fault says: a close frame with the configured code, or a cut."""
+        try:
+            fault = sock.faults.closing or "ws_close"
+            cfg = sock.config
+            code = cfg.ws_idle_close_code if fault == "ws_idle_close" else cfg.ws_close_code
+            detail = sock.faults.detail
+            if code and faults_ws.close_with_code(flow, code, f"proxycheck fault {fault}"):
+                self._fired(flow, sock.plan, fault, f"{detail}: close frame {code} to both sides")
+            elif faults_ws.cut(flow):
+                if code:
+                    detail += f" (no close frame {code} could be sent)"
+                self._fired(flow, sock.plan, fault, f"{detail}: cut without a close frame")
+        except Exception:
+            self._failed(flow, "websocket close")
 
     # ---------------------------------------------------------------------------------------
     # helpers
