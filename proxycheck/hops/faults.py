@@ -57,9 +57,31 @@ How each fault works in mitmproxy 11 (checked in `mitmproxy/proxy/layers/http/__
   as a flow whose draw came up tails: a hop that wedges for a while and then behaves. The draws
   go on being made, so a seeded run picks the same flows with the window as without it.
 
-Gates: the probability draw and the active_for window gate every fault. Stall, keep-alive stall,
+WebSocket sessions (the Responses API's WebSocket mode), faults of their own (`ws_*`):
+
+* refuse the upgrade: `request` answers the upgrade GET with `ws_refuse` and a JSON error body,
+  like the 413; mitmproxy then never contacts the upstream and no socket opens.
+* swallow the upgrade: `request` holds the GET as the idle blackhole holds a request (until the
+  client leaves, at most `stall_seconds`), then kills the flow: no status ever comes.
+* an open socket (`websocket_start` .. `websocket_end`): each faulted socket has the pure
+  `SocketFaults` (`proxycheck.core.testbed.socketfaults`), fed every whole message in
+  `websocket_message`; it says when the K-th turn has ended (`ws_close_after_turns`) or a turn
+  has had K events (`ws_cut_after_events`), and the close then acts once mitmproxy has relayed
+  that message (`faults_ws.after_hook`). Messages that come after the decision are dropped
+  (`message.drop()`). A timer task per socket closes it when no message has passed either way for
+  `ws_idle_close` seconds (mitmproxy relays pings without a hook: they are not seen) or
+  `ws_max_life` seconds after the upgrade; it is cancelled in `websocket_end`.
+* how a socket is closed (`faults_ws`): code 0 is a cut (the client connection closed through the
+  connection handler, as the reset does; no close frame, the client sees 1006, as nginx's
+  `proxy_read_timeout` does to a socket); any other code is a close frame with that code to
+  both sides, made by mitmproxy itself from a close event handed to the upstream side's wsproto
+  connection. `ws_idle_close_code` says how the idle close closes, `ws_close_code` the others.
+
+Gates: the probability draw and the active_for window gate every fault; a socket's faults are
+decided by its upgrade's draw and window. Stall, keep-alive stall,
 drop terminal, reset and status first also need a request body larger than `min_body` and a
-turn >= `from_turn`; the stream faults act only on SSE responses that are not content-encoded (a
+turn >= `from_turn`, as does `ws_cut_after_events` (a turn: the socket's count of
+`response.create` messages; the body: the create message); the stream faults act only on SSE responses that are not content-encoded (a
 JSON answer has no events to count). With both stall and reset on, the smaller K wins; on a tie,
 the reset. With buffer on as well, the stream faults apply to the buffered body: a stall then
 holds the whole response, a reset sends none.
@@ -134,12 +156,19 @@ _OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
         "Forward every event, then hold the end of the response for stall_seconds and drop the connection "
         "(with drop_terminal: held open after the finish reason, without the terminal marker).",
     ),
-    ("min_body", int, 0, "Stall, drop_terminal and reset only requests whose body is larger than this (bytes)."),
+    (
+        "min_body",
+        int,
+        0,
+        "Stall, drop_terminal, reset and ws_cut_after_events only requests (create messages) whose body is "
+        "larger than this (bytes).",
+    ),
     (
         "from_turn",
         int,
         1,
-        "Stall, drop_terminal and reset only from this turn on (turn = the answers in the request's history + 1).",
+        "Stall, drop_terminal, reset and ws_cut_after_events only from this turn on (turn = the answers in the "
+        "request's history + 1; on a WebSocket, the socket's count of response.create messages).",
     ),
     ("max_body", int, 0, "Answer 413, without contacting the upstream, to request bodies larger than this (bytes; 0: off)."),
     (
@@ -832,24 +861,16 @@ class Faults:
             self._fired(flow, plan, "stall_after", f"stalled {detail}")
 
     def _reset_client(self, flow: http.HTTPFlow) -> None:
-        handler = self._connection_handler(flow.client_conn)
-        if handler is None:
+        if faults_ws.connection_handler(flow) is None:
             _kill(flow)  # acts only at the response hook, when the upstream body has ended
             return
         # After this chunk has been written: mitmproxy sends what the stream callable returns
         # once it returns, and closing flushes what was written.
-        asyncio.get_running_loop().call_soon(self._close_client, flow, handler)
+        asyncio.get_running_loop().call_soon(self._close_client, flow)
 
-    @staticmethod
-    def _connection_handler(client: Client) -> Any:
-        proxyserver = ctx.master.addons.get("proxyserver")
-        connections = getattr(proxyserver, "connections", None)
-        return connections.get(client.id) if connections is not None else None
-
-    def _close_client(self, flow: http.HTTPFlow, handler: Any) -> None:
+    def _close_client(self, flow: http.HTTPFlow) -> None:
         try:
-            if flow.client_conn in handler.transports:
-                handler.close_connection(flow.client_conn)
+            faults_ws.cut(flow)
         except Exception:
             self._failed(flow, "reset")
 

@@ -8,7 +8,7 @@ Checked in `mitmproxy/proxy/layers/websocket.py`, `proxy/server.py` and `proxy/l
 * a cut (no close frame; the client sees 1006, as from nginx's `proxy_read_timeout`, which
   closes the TCP connections of an upgraded request and never parses a frame): the client
   connection is closed through the proxyserver's connection handler (`close_connection`), as
-  the HTTP reset does. `flow.kill()` would do nothing here: mitmproxy checks a kill only in its
+  the HTTP reset does (with `cut` too). `flow.kill()` would do nothing here: mitmproxy checks a kill only in its
   HTTP layer. mitmproxy then ends the upstream side itself, as a client that left.
 * a close frame with a code: mitmproxy sends a close frame only to relay one it received, from
   the wsproto connection of either side. The hop finds the flow's `WebsocketLayer` in the
@@ -39,7 +39,7 @@ from mitmproxy.proxy.layers.websocket import WebsocketLayer
 from wsproto import ConnectionState as WsState
 from wsproto.events import CloseConnection
 
-__all__ = ["after_hook", "close_with_code", "cut", "is_upgrade"]
+__all__ = ["after_hook", "close_with_code", "connection_handler", "cut", "is_upgrade"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +67,9 @@ def after_hook(action: Callable[[], None]) -> None:
 
 
 def cut(flow: http.HTTPFlow) -> bool:
-    """Close the client connection without a close frame; False when it is already gone."""
-    handler = _handler(flow)
+    """Close the client connection (on a socket: without a close frame; the HTTP reset uses it
+    too); False when it is already gone."""
+    handler = connection_handler(flow)
     if handler is None or flow.client_conn not in handler.transports:
         return False
     handler.close_connection(flow.client_conn)
@@ -79,7 +80,7 @@ def close_with_code(flow: http.HTTPFlow, code: int, reason: str) -> bool:
     """Close the socket with a close frame of `code` to both sides (nothing when a close is
     under way already); False when it cannot: the socket's connections are gone, or mitmproxy's
     layers are not what this module expects."""
-    handler = _handler(flow)
+    handler = connection_handler(flow)
     layer = _websocket_layer(handler, flow) if handler is not None else None
     if layer is None or flow.server_conn not in handler.transports:
         return False
@@ -91,7 +92,8 @@ def close_with_code(flow: http.HTTPFlow, code: int, reason: str) -> bool:
     return True
 
 
-def _handler(flow: http.HTTPFlow) -> Any:
+def connection_handler(flow: http.HTTPFlow) -> Any:
+    """The proxyserver's handler of the flow's client connection (None when it has none)."""
     proxyserver = ctx.master.addons.get("proxyserver")
     connections = getattr(proxyserver, "connections", None)
     return connections.get(flow.client_conn.id) if connections is not None else None

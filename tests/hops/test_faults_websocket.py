@@ -76,6 +76,18 @@ async def test_the_socket_faults_leave_http_and_unfaulted_sockets_alone(
     assert "proxycheck fault ws_" not in log_of(hop)
 
 
+async def test_sockets_opened_after_the_active_for_window_pass_unfaulted(
+    engine: Managed, mitmdumps: MitmdumpFactory
+) -> None:
+    hop = mitmdumps.faults(engine, "ws_refuse=404", "ws_close_after_turns=1", "active_for=1")
+    with pytest.raises(aiohttp.WSServerHandshakeError):  # the first LLM flow opens the window
+        async with socket(hop):
+            pass
+    await asyncio.sleep(1.5)
+    direct = await conversation(engine)
+    assert await conversation(hop) == direct  # neither refused nor closed after its first turn
+
+
 # --------------------------------------------------------------------------------------------
 # the upgrade
 
