@@ -316,7 +316,12 @@ class FaultConfig:
     @property
     def faults_sockets(self) -> bool:
         """Whether any fault acts on an open WebSocket (the upgrade's faults aside)."""
-        return bool(self.ws_idle_close or self.ws_max_life or self.ws_close_after_turns) or self.ws_cut_after_events >= 0
+        return bool(self.ws_idle_close) or self.ws_close_code_used
+
+    @property
+    def ws_close_code_used(self) -> bool:
+        """Whether a fault closes with ws_close_code (every socket fault but the idle close)."""
+        return bool(self.ws_close_after_turns or self.ws_max_life) or self.ws_cut_after_events >= 0
 
     def describe(self) -> str:
         """The options that differ from their defaults, as `name=value` (empty: no fault)."""
@@ -546,6 +551,13 @@ class Faults:
         config = parse_config(ctx.options)
         if config.stall_keepalive and config.stall_after < 0:
             logger.warning(f"{PREFIX}stall_keepalive has no effect without {PREFIX}stall_after")
+        if config.ws_idle_close_code and not config.ws_idle_close:
+            logger.warning(f"{PREFIX}ws_idle_close_code has no effect without {PREFIX}ws_idle_close")
+        if config.ws_close_code and not config.ws_close_code_used:
+            logger.warning(
+                f"{PREFIX}ws_close_code has no effect without {PREFIX}ws_close_after_turns, "
+                f"{PREFIX}ws_cut_after_events or {PREFIX}ws_max_life"
+            )
         if config != self.config and config.describe():
             logger.info(f"proxycheck faults: {config.describe()}")
         self.config = config

@@ -76,6 +76,16 @@ async def test_the_socket_faults_leave_http_and_unfaulted_sockets_alone(
     assert "proxycheck fault ws_" not in log_of(hop)
 
 
+async def test_a_close_code_without_its_fault_is_warned_about_and_changes_nothing(
+    engine: Managed, mitmdumps: MitmdumpFactory
+) -> None:
+    hop = mitmdumps.faults(engine, "ws_close_code=1011", "ws_idle_close_code=1001")
+    assert await conversation(hop) == await conversation(engine)
+    log = log_of(hop)
+    assert "proxycheck_fault_ws_idle_close_code has no effect without proxycheck_fault_ws_idle_close" in log
+    assert "proxycheck_fault_ws_close_code has no effect without" in log
+
+
 async def test_sockets_opened_after_the_active_for_window_pass_unfaulted(
     engine: Managed, mitmdumps: MitmdumpFactory
 ) -> None:
