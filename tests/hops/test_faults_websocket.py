@@ -19,13 +19,13 @@ import httpx
 import pytest
 from processes import FAULTS, EngineFactory, MitmdumpFactory
 from test_faults import log_of
-from test_record_websocket import FAST
 from wsclient import TERMINAL, WAIT, socket, ws_url
 
 from proxycheck.io.procs import Managed, mitmdump_path
 
 pytestmark = pytest.mark.timeout(60)
 
+FAST = ("--token-interval", "0.005", "--ttft-base", "0.02")
 SLACK = 10.0  # how much later than its configured time a close may come on a busy machine
 UPGRADE = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}  # fmt: skip
@@ -115,6 +115,9 @@ async def test_a_refused_upgrade_gets_the_status_and_never_reaches_the_engine(
     assert resp.status_code == status and "x-proxycheck-request-sha256" not in resp.headers  # not the engine's
     assert resp.json()["error"]["message"] == f"WebSocket upgrade refused with {status}"
     assert (resp.headers.get("allow") == "POST") == (status == 405)
+    # Only an LLM path's upgrade is refused.
+    other = httpx.get(hop.url + "/v1/models", headers=UPGRADE, timeout=WAIT)
+    assert "WebSocket upgrade refused" not in other.text
     # A POST is no upgrade: it still streams through.
     post = httpx.post(hop.url + "/v1/responses", json={"model": "m", "input": "go", "stream": True}, timeout=WAIT)
     assert post.status_code == 200 and "response.completed" in post.text
