@@ -78,11 +78,11 @@ WebSocket sessions (the Responses API's WebSocket mode), faults of their own (`w
   connection. `ws_idle_close_code` says how the idle close closes, `ws_close_code` the others.
 
 Gates: the probability draw and the active_for window gate every fault; a socket's faults are
-decided by its upgrade's draw and window. Stall, keep-alive stall,
-drop terminal, reset and status first also need a request body larger than `min_body` and a
-turn >= `from_turn`, as does `ws_cut_after_events` (a turn: the socket's count of
-`response.create` messages; the body: the create message); the stream faults act only on SSE responses that are not content-encoded (a
-JSON answer has no events to count). With both stall and reset on, the smaller K wins; on a tie,
+decided by its upgrade's draw and window. Stall, keep-alive stall, drop terminal, reset and
+status first also need a request body larger than `min_body` and a turn >= `from_turn`, as does
+`ws_cut_after_events` (there the turn is the socket's count of `response.create` messages and
+the body the create message); the stream faults act only on SSE responses that are not
+content-encoded (a JSON answer has no events to count). With both stall and reset on, the smaller K wins; on a tie,
 the reset. With buffer on as well, the stream faults apply to the buffered body: a stall then
 holds the whole response, a reset sends none.
 
@@ -248,7 +248,12 @@ _OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
         "How ws_close_after_turns, ws_cut_after_events and ws_max_life close: 0, a cut without a close frame "
         "(1006); or a close frame with this code (e.g. 1011).",
     ),
-    ("ws_max_life", str, "0", "Close a WebSocket this many seconds after its upgrade, whatever flows (a float; 0: off)."),
+    (
+        "ws_max_life",
+        str,
+        "0",
+        "Close a WebSocket this many seconds after its upgrade, whatever flows (a float; 0: off).",
+    ),
     ("probability", str, "1", "Probability that a flow's faults fire: one seeded draw per LLM flow (a float)."),
     (
         "active_for",
@@ -967,7 +972,7 @@ class Faults:
         cfg = sock.config
         loop = asyncio.get_running_loop()
         try:
-            while sock.faults.closing is None:
+            while sock.faults.closing is None and not sock.plan.disabled:
                 due = []
                 if cfg.ws_idle_close:
                     due.append((sock.last + cfg.ws_idle_close, "ws_idle_close"))

@@ -6,10 +6,10 @@ module owns the two ways it ends a socket, and the timing of an end decided in a
 Checked in `mitmproxy/proxy/layers/websocket.py`, `proxy/server.py` and `proxy/layer.py`:
 
 * a cut (no close frame; the client sees 1006, as from nginx's `proxy_read_timeout`, which
-  closes the TCP connections of an upgraded request and never parses a frame): the client
-  connection is closed through the proxyserver's connection handler (`close_connection`), as
-  the HTTP reset does (with `cut` too). `flow.kill()` would do nothing here: mitmproxy checks a kill only in its
-  HTTP layer. mitmproxy then ends the upstream side itself, as a client that left.
+  closes the TCP connections of an upgraded request and never parses a frame): `cut` closes the
+  client connection through the proxyserver's connection handler (`close_connection`); the
+  HTTP reset uses it too. `flow.kill()` would do nothing here: mitmproxy checks a kill only in
+  its HTTP layer. mitmproxy then ends the upstream side itself, as for a client that left.
 * a close frame with a code: mitmproxy sends a close frame only to relay one it received, from
   the wsproto connection of either side. The hop finds the flow's `WebsocketLayer` in the
   handler's layer tree, puts a `CloseConnection(code, reason)` event in front of the upstream

@@ -30,7 +30,8 @@ SLACK = 10.0
 @pytest.fixture
 def nginx(engines: EngineFactory) -> Iterator[Proxy]:
     engine = engines(*FAST)
-    proxy = start_nginx(f"location / {{ proxy_pass {engine.url}; {UPGRADING} proxy_read_timeout {int(TIMEOUT * 1000)}ms; }}")
+    timeout = f"proxy_read_timeout {int(TIMEOUT * 1000)}ms;"
+    proxy = start_nginx(f"location / {{ proxy_pass {engine.url}; {UPGRADING} {timeout} }}")
     try:
         yield proxy
     finally:
