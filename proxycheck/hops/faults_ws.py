@@ -9,7 +9,8 @@ Checked in `mitmproxy/proxy/layers/websocket.py`, `proxy/server.py` and `proxy/l
   closes the TCP connections of an upgraded request and never parses a frame): `cut` closes the
   client connection through the proxyserver's connection handler (`close_connection`); the
   HTTP reset uses it too. `flow.kill()` would do nothing here: mitmproxy checks a kill only in
-  its HTTP layer. mitmproxy then ends the upstream side itself, as for a client that left.
+  its HTTP layer. mitmproxy then ends the upstream side itself, as for any client that left
+  (with a close frame 1000: wsproto never sends the 1006 it reports for a lost connection).
 * a close frame with a code: mitmproxy sends a close frame only to relay one it received, from
   the wsproto connection of either side. The hop finds the flow's `WebsocketLayer` in the
   handler's layer tree, puts a `CloseConnection(code, reason)` event in front of the upstream
