@@ -140,12 +140,9 @@ async def test_a_refused_upgrade_gets_the_status_and_never_reaches_the_engine(
 
 async def test_a_swallowed_upgrade_is_never_answered(engine: Managed, mitmdumps: MitmdumpFactory) -> None:
     hop = mitmdumps.faults(engine, "ws_swallow=true")
-    loop = asyncio.get_running_loop()
     async with aiohttp.ClientSession() as session:
-        started = loop.time()
-        with pytest.raises(asyncio.TimeoutError):
+        with pytest.raises(asyncio.TimeoutError):  # nothing came back until the client gave up
             await asyncio.wait_for(session.ws_connect(ws_url(hop)), timeout=2)
-        assert loop.time() - started >= 1.9  # nothing came back until the client gave up
     assert "proxycheck fault ws_swallow" in log_of(hop)
 
 
