@@ -57,10 +57,32 @@ How each fault works in mitmproxy 11 (checked in `mitmproxy/proxy/layers/http/__
   as a flow whose draw came up tails: a hop that wedges for a while and then behaves. The draws
   go on being made, so a seeded run picks the same flows with the window as without it.
 
-Gates: the probability draw and the active_for window gate every fault. Stall, keep-alive stall,
-drop terminal, reset and status first also need a request body larger than `min_body` and a
-turn >= `from_turn`; the stream faults act only on SSE responses that are not content-encoded (a
-JSON answer has no events to count). With both stall and reset on, the smaller K wins; on a tie,
+WebSocket sessions (the Responses API's WebSocket mode), faults of their own (`ws_*`):
+
+* refuse the upgrade: `request` answers the upgrade GET with `ws_refuse` and a JSON error body,
+  like the 413; mitmproxy then never contacts the upstream and no socket opens.
+* swallow the upgrade: `request` holds the GET as the idle blackhole holds a request (until the
+  client leaves, at most `stall_seconds`), then kills the flow: no status ever comes.
+* an open socket (`websocket_start` .. `websocket_end`): each faulted socket has the pure
+  `SocketFaults` (`proxycheck.core.testbed.socketfaults`), fed every whole message in
+  `websocket_message`; it says when the K-th turn has ended (`ws_close_after_turns`) or a turn
+  has had K events (`ws_cut_after_events`), and the close then acts once mitmproxy has relayed
+  that message (`faults_ws.after_hook`). Messages that come after the decision are dropped
+  (`message.drop()`). A timer task per socket closes it when no message has passed either way for
+  `ws_idle_close` seconds (mitmproxy relays pings without a hook: they are not seen) or
+  `ws_max_life` seconds after the upgrade; it is cancelled in `websocket_end`.
+* how a socket is closed (`faults_ws`): code 0 is a cut (the client connection closed through the
+  connection handler, as the reset does; no close frame, the client sees 1006, as nginx's
+  `proxy_read_timeout` does to a socket); any other code is a close frame with that code to
+  both sides, made by mitmproxy itself from a close event handed to the upstream side's wsproto
+  connection. `ws_idle_close_code` says how the idle close closes, `ws_close_code` the others.
+
+Gates: the probability draw and the active_for window gate every fault; a socket's faults are
+decided by its upgrade's draw and window. Stall, keep-alive stall, drop terminal, reset and
+status first also need a request body larger than `min_body` and a turn >= `from_turn`, as does
+`ws_cut_after_events` (there the turn is the socket's count of `response.create` messages and
+the body the create message); the stream faults act only on SSE responses that are not
+content-encoded (a JSON answer has no events to count). With both stall and reset on, the smaller K wins; on a tie,
 the reset. With buffer on as well, the stream faults apply to the buffered body: a stall then
 holds the whole response, a reset sends none.
 
@@ -86,7 +108,9 @@ from mitmproxy.addonmanager import Loader
 from mitmproxy.connection import Client, ConnectionState
 
 from proxycheck.core.protocol import dialects
+from proxycheck.core.testbed.socketfaults import Act, SocketFaults, SocketRules, sendable_close_code
 from proxycheck.core.testbed.ssefilter import SSEFilter, coin, truncate_messages, turn_number
+from proxycheck.hops import faults_ws
 
 __all__ = ["PREFIX", "FaultConfig", "Faults", "parse_config", "reserialize_json"]
 
@@ -132,12 +156,19 @@ _OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
         "Forward every event, then hold the end of the response for stall_seconds and drop the connection "
         "(with drop_terminal: held open after the finish reason, without the terminal marker).",
     ),
-    ("min_body", int, 0, "Stall, drop_terminal and reset only requests whose body is larger than this (bytes)."),
+    (
+        "min_body",
+        int,
+        0,
+        "Stall, drop_terminal, reset and ws_cut_after_events only requests (create messages) whose body is "
+        "larger than this (bytes).",
+    ),
     (
         "from_turn",
         int,
         1,
-        "Stall, drop_terminal and reset only from this turn on (turn = the answers in the request's history + 1).",
+        "Stall, drop_terminal, reset and ws_cut_after_events only from this turn on (turn = the answers in the "
+        "request's history + 1; on a WebSocket, the socket's count of response.create messages).",
     ),
     ("max_body", int, 0, "Answer 413, without contacting the upstream, to request bodies larger than this (bytes; 0: off)."),
     (
@@ -176,6 +207,53 @@ _OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
         "Re-serialize JSON request bodies as a gateway does: the same content, other bytes (members in "
         "reverse order, spaces, \\u escapes, float parameters spelled 1.0).",
     ),
+    (
+        "ws_refuse",
+        int,
+        0,
+        "Answer a WebSocket upgrade of an LLM path with this status (e.g. 404, 405, 426), without contacting "
+        "the upstream, as a gateway without WebSocket support does (0: off).",
+    ),
+    (
+        "ws_swallow",
+        bool,
+        False,
+        "Never answer a WebSocket upgrade of an LLM path: hold it (at most stall_seconds), then drop the "
+        "connection, as a proxy that never sends the 101 does.",
+    ),
+    (
+        "ws_idle_close",
+        str,
+        "0",
+        "Close a WebSocket through which no message passed either way for this many seconds (a float; 0: off).",
+    ),
+    (
+        "ws_idle_close_code",
+        int,
+        0,
+        "How ws_idle_close closes: 0, a cut without a close frame (the client sees 1006), as nginx's "
+        "proxy_read_timeout does; or a close frame with this code (e.g. 1001).",
+    ),
+    ("ws_close_after_turns", int, 0, "Close a WebSocket once its K-th turn (response.create) has ended (0: off)."),
+    (
+        "ws_cut_after_events",
+        int,
+        -1,
+        "Close a WebSocket after K events of a turn, mid-answer (gated by from_turn and min_body; -1: off).",
+    ),
+    (
+        "ws_close_code",
+        int,
+        0,
+        "How ws_close_after_turns, ws_cut_after_events and ws_max_life close: 0, a cut without a close frame "
+        "(1006); or a close frame with this code (e.g. 1011).",
+    ),
+    (
+        "ws_max_life",
+        str,
+        "0",
+        "Close a WebSocket this many seconds after its upgrade, whatever flows (a float; 0: off).",
+    ),
     ("probability", str, "1", "Probability that a flow's faults fire: one seeded draw per LLM flow (a float)."),
     (
         "active_for",
@@ -209,6 +287,14 @@ class FaultConfig:
     idle_blackhole: float = 0.0
     truncate_messages: int = 0
     reserialize: bool = False
+    ws_refuse: int = 0
+    ws_swallow: bool = False
+    ws_idle_close: float = 0.0
+    ws_idle_close_code: int = 0
+    ws_close_after_turns: int = 0
+    ws_cut_after_events: int = -1
+    ws_close_code: int = 0
+    ws_max_life: float = 0.0
     probability: float = 1.0
     active_for: float = 0.0
     seed: int = 0
@@ -227,6 +313,20 @@ class FaultConfig:
     @property
     def filters_stream(self) -> bool:
         return self.cut_after is not None or self.drop_terminal or self.hold_open
+
+    @property
+    def socket_rules(self) -> SocketRules:
+        return SocketRules(self.ws_close_after_turns, self.ws_cut_after_events, self.from_turn, self.min_body)
+
+    @property
+    def faults_sockets(self) -> bool:
+        """Whether any fault acts on an open WebSocket (the upgrade's faults aside)."""
+        return bool(self.ws_idle_close) or self.ws_close_code_used
+
+    @property
+    def ws_close_code_used(self) -> bool:
+        """Whether a fault closes with ws_close_code (every socket fault but the idle close)."""
+        return bool(self.ws_close_after_turns or self.ws_max_life) or self.ws_cut_after_events >= 0
 
     def describe(self) -> str:
         """The options that differ from their defaults, as `name=value` (empty: no fault)."""
@@ -260,6 +360,21 @@ class _Reader:
         value = self.raw(name)
         if not 100 <= value <= 599:
             self.problems.append(f"{PREFIX}{name} must be an HTTP status (100-599), not {value}")
+        return value
+
+    def status_or_off(self, name: str) -> int:
+        value = self.raw(name)
+        if value != 0 and not 400 <= value <= 599:
+            self.problems.append(f"{PREFIX}{name} must be 0 (off) or an HTTP error status (400-599), not {value}")
+        return value
+
+    def close_code(self, name: str) -> int:
+        value = self.raw(name)
+        if value != 0 and not sendable_close_code(value):
+            self.problems.append(
+                f"{PREFIX}{name} must be 0 (a cut) or a close code a close frame may carry "
+                f"(1000-4999 but 1004, 1005, 1006, 1015), not {value}"
+            )
         return value
 
     def number(self, name: str, *, positive: bool = False, at_most: float | None = None) -> float:
@@ -299,10 +414,20 @@ def parse_config(options: Any) -> FaultConfig:
         idle_blackhole=read.number("idle_blackhole"),
         truncate_messages=read.integer("truncate_messages", 0),
         reserialize=read.raw("reserialize"),
+        ws_refuse=read.status_or_off("ws_refuse"),
+        ws_swallow=read.raw("ws_swallow"),
+        ws_idle_close=read.number("ws_idle_close"),
+        ws_idle_close_code=read.close_code("ws_idle_close_code"),
+        ws_close_after_turns=read.integer("ws_close_after_turns", 0),
+        ws_cut_after_events=read.integer("ws_cut_after_events", -1),
+        ws_close_code=read.close_code("ws_close_code"),
+        ws_max_life=read.number("ws_max_life"),
         probability=read.number("probability", at_most=1.0),
         active_for=read.number("active_for"),
         seed=read.raw("seed"),
     )
+    if config.ws_refuse and config.ws_swallow:
+        read.problems.append(f"{PREFIX}ws_refuse and {PREFIX}ws_swallow exclude each other")
     if read.problems:
         raise exceptions.OptionsError("; ".join(read.problems))
     return config
@@ -323,6 +448,18 @@ class _Plan:
     reset_sent: bool = False
     disabled: bool = False  # a hook failed: the flow goes on unfaulted
     logged: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True, eq=False)
+class _Socket:
+    """One WebSocket the hop faults: its message-driven faults, its clock, its timer."""
+
+    plan: _Plan
+    config: FaultConfig  # as when the socket opened
+    faults: SocketFaults
+    opened: float  # loop time of the upgrade
+    last: float  # loop time of the last message either way
+    timer: asyncio.Task[None] | None = None
 
 
 def _is_sse(response: http.Response | None) -> bool:
@@ -404,6 +541,7 @@ class Faults:
         self._statuses_sent = 0  # requests answered by status_first so far
         self._first_flow_at: float | None = None  # time.monotonic() of the first LLM flow (active_for)
         self._window_closed = False  # the active_for window is over (logged once)
+        self._sockets: dict[str, _Socket] = {}  # flow id -> a faulted WebSocket, until its end
 
     # ---------------------------------------------------------------------------------------
     # options
@@ -418,6 +556,13 @@ class Faults:
         config = parse_config(ctx.options)
         if config.stall_keepalive and config.stall_after < 0:
             logger.warning(f"{PREFIX}stall_keepalive has no effect without {PREFIX}stall_after")
+        if config.ws_idle_close_code and not config.ws_idle_close:
+            logger.warning(f"{PREFIX}ws_idle_close_code has no effect without {PREFIX}ws_idle_close")
+        if config.ws_close_code and not config.ws_close_code_used:
+            logger.warning(
+                f"{PREFIX}ws_close_code has no effect without {PREFIX}ws_close_after_turns, "
+                f"{PREFIX}ws_cut_after_events or {PREFIX}ws_max_life"
+            )
         if config != self.config and config.describe():
             logger.info(f"proxycheck faults: {config.describe()}")
         self.config = config
@@ -441,6 +586,15 @@ class Faults:
 
     def error(self, flow: http.HTTPFlow) -> None:
         self._guarded(flow, "error", self._on_error)
+
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        self._guarded(flow, "websocket_start", self._on_ws_start)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        self._guarded(flow, "websocket_message", self._on_ws_message)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self._guarded(flow, "websocket_end", self._on_ws_end)
 
     def client_disconnected(self, client: Client) -> None:
         self._last_done.pop(client.id, None)
@@ -502,6 +656,8 @@ class Faults:
             plan = self._new_plan(flow)
         plan.turn = turn_number(doc)
         plan.body_bytes = len(flow.request.raw_content or b"")
+        if faults_ws.is_upgrade(flow.request) and await self._maybe_upgrade_fault(flow, plan):
+            return
         if self._maybe_too_large(flow, plan, plan.body_bytes):
             return
         if await self._maybe_blackhole(flow, plan):
@@ -585,8 +741,31 @@ class Faults:
             return False
         plan.answered = True
         self._fired(flow, plan, "idle_blackhole", f"connection idle {idle:.1f} s > {limit:g} s: never answering")
+        await self._never_answer(flow)
+        return True
+
+    async def _never_answer(self, flow: http.HTTPFlow) -> None:
+        """Hold a request until the client leaves (at most stall_seconds), then drop it."""
         await self._hold(flow, self.config.stall_seconds)
         _kill(flow)  # mitmproxy then drops the request: it never reaches the upstream
+
+    async def _maybe_upgrade_fault(self, flow: http.HTTPFlow, plan: _Plan) -> bool:
+        """Refuse (ws_refuse) or swallow (ws_swallow) a WebSocket upgrade; True when done."""
+        cfg = self.config
+        if not plan.fires or not (cfg.ws_refuse or cfg.ws_swallow):
+            return False
+        plan.answered = True
+        if cfg.ws_swallow:
+            self._fired(flow, plan, "ws_swallow", f"upgrade never answered (held at most {cfg.stall_seconds:g} s)")
+            await self._never_answer(flow)
+            return True
+        status = cfg.ws_refuse
+        headers = {"content-type": "application/json"}
+        if status == 405:
+            headers["allow"] = "POST"  # what a server without the WebSocket mode says of this path
+        message = f"WebSocket upgrade refused with {status}"
+        flow.response = http.Response.make(status, _error_body(status, message), headers)
+        self._fired(flow, plan, "ws_refuse", f"{message}, without contacting the upstream")
         return True
 
     def _maybe_truncate(self, flow: http.HTTPFlow, plan: _Plan, body: bytes) -> None:
@@ -699,24 +878,16 @@ class Faults:
             self._fired(flow, plan, "stall_after", f"stalled {detail}")
 
     def _reset_client(self, flow: http.HTTPFlow) -> None:
-        handler = self._connection_handler(flow.client_conn)
-        if handler is None:
+        if faults_ws.connection_handler(flow) is None:
             _kill(flow)  # acts only at the response hook, when the upstream body has ended
             return
         # After this chunk has been written: mitmproxy sends what the stream callable returns
         # once it returns, and closing flushes what was written.
-        asyncio.get_running_loop().call_soon(self._close_client, flow, handler)
+        asyncio.get_running_loop().call_soon(self._close_client, flow)
 
-    @staticmethod
-    def _connection_handler(client: Client) -> Any:
-        proxyserver = ctx.master.addons.get("proxyserver")
-        connections = getattr(proxyserver, "connections", None)
-        return connections.get(client.id) if connections is not None else None
-
-    def _close_client(self, flow: http.HTTPFlow, handler: Any) -> None:
+    def _close_client(self, flow: http.HTTPFlow) -> None:
         try:
-            if flow.client_conn in handler.transports:
-                handler.close_connection(flow.client_conn)
+            faults_ws.cut(flow)
         except Exception:
             self._failed(flow, "reset")
 
@@ -765,6 +936,76 @@ class Faults:
         """Remember when the connection's last response ended (for the idle blackhole)."""
         if not _client_gone(flow.client_conn):  # a closed connection's entry would never be removed
             self._last_done[flow.client_conn.id] = time.monotonic()
+
+    # ---------------------------------------------------------------------------------------
+    # WebSocket sessions (the socket's end: `faults_ws`; its turns: `socketfaults`)
+
+    def _on_ws_start(self, flow: http.HTTPFlow) -> None:
+        plan = self._live_plan(flow)
+        cfg = self.config
+        if plan is None or plan.answered or not plan.fires or not cfg.faults_sockets:
+            return
+        now = asyncio.get_running_loop().time()
+        sock = self._sockets[flow.id] = _Socket(plan, cfg, SocketFaults(cfg.socket_rules), now, now)
+        if cfg.ws_idle_close or cfg.ws_max_life:
+            sock.timer = asyncio.ensure_future(self._watch(flow, sock))
+
+    def _on_ws_message(self, flow: http.HTTPFlow) -> None:
+        sock = self._sockets.get(flow.id)
+        if sock is None or sock.plan.disabled:
+            return
+        message = flow.websocket.messages[-1]  # type: ignore[union-attr]
+        sock.last = asyncio.get_running_loop().time()
+        act = sock.faults.message(message.from_client, message.content, message.is_text)
+        if act is Act.DROP:
+            message.drop()  # the hop is closing the socket: nothing passes any more
+        elif act is Act.CLOSE:
+            faults_ws.after_hook(lambda: self._close_socket(flow, sock))  # once the message is relayed
+
+    def _on_ws_end(self, flow: http.HTTPFlow) -> None:
+        sock = self._sockets.pop(flow.id, None)
+        if sock is not None and sock.timer is not None:
+            sock.timer.cancel()
+
+    async def _watch(self, flow: http.HTTPFlow, sock: _Socket) -> None:
+        """The socket's timers: closed once idle for ws_idle_close, or ws_max_life after the upgrade."""
+        cfg = sock.config
+        loop = asyncio.get_running_loop()
+        try:
+            while sock.faults.closing is None and not sock.plan.disabled:
+                due = []
+                if cfg.ws_idle_close:
+                    due.append((sock.last + cfg.ws_idle_close, "ws_idle_close"))
+                if cfg.ws_max_life:
+                    due.append((sock.opened + cfg.ws_max_life, "ws_max_life"))
+                at, fault = min(due)
+                if at > loop.time():
+                    await asyncio.sleep(at - loop.time())  # `last` may move meanwhile: looked at again
+                    continue
+                if fault == "ws_idle_close":
+                    detail = f"no message either way for {cfg.ws_idle_close:g} s"
+                else:
+                    detail = f"{cfg.ws_max_life:g} s after the upgrade"
+                sock.faults.close(fault, detail)
+                self._close_socket(flow, sock)
+        except Exception:
+            self._failed(flow, "websocket timer")
+
+    def _close_socket(self, flow: http.HTTPFlow, sock: _Socket) -> None:
+        """End the socket as its fault says: a close frame with the configured code, or a cut."""
+        try:
+            fault = sock.faults.closing or "ws_close"
+            cfg = sock.config
+            code = cfg.ws_idle_close_code if fault == "ws_idle_close" else cfg.ws_close_code
+            detail = sock.faults.detail
+            if code and faults_ws.close_with_code(flow, code, f"proxycheck fault {fault}"):
+                self._fired(flow, sock.plan, fault, f"{detail}: close frame {code} to both sides")
+            elif faults_ws.cut(flow):
+                if code:
+                    detail += f" (no close frame {code} could be sent)"
+                self._fired(flow, sock.plan, fault, f"{detail}: cut without a close frame")
+        except Exception:
+            self._failed(flow, "websocket close")
 
     # ---------------------------------------------------------------------------------------
     # helpers
