@@ -15,6 +15,7 @@ import json
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 from processes import EngineFactory, MitmdumpFactory, write_chain
 from websocket_clients import converse, ws_url
@@ -98,3 +99,56 @@ def test_minimize_and_bench_say_what_they_do_not_do_with_sockets(engines: Engine
     err = capsys.readouterr().err
     assert "1 WebSocket session(s) left out: bench sends HTTP requests only" in err
     assert "no LLM requests to send over HTTP" in err
+
+
+def test_a_hop_cutting_sockets_mid_answer_is_named_at_its_first_failing_turn(
+    engines: EngineFactory, mitmdumps: MitmdumpFactory, tmp_path: Path
+) -> None:
+    recording = recorded(engines, mitmdumps, tmp_path / "rec")
+    engine = engines(*FAST)
+    hop = mitmdumps.faults(engine, "ws_cut_after_events=3", "from_turn=2")
+    chain = write_chain(tmp_path / "chain.toml", engine.url, [("edge", hop.url)])
+    status, doc = check(tmp_path, recording, chain)
+    assert status == 1 and (doc["verdict"], doc["culprit"], doc["first_turn"]) == ("proxy", "edge", 2), doc["summary"]
+    found = {(f["turn"], f["outcome"]) for f in doc["findings"] if f["route"] == "via:edge"}
+    assert (2, "reset") in found, found
+    assert next(r for r in doc["routes"] if r["route"] == "direct")["failures"] == 0
+
+
+async def refused_then_gone(url: str, wait: float) -> str:
+    """What a client saw of an upgrade, giving up after `wait` seconds without an answer."""
+    async with aiohttp.ClientSession() as session:
+        try:
+            ws = await asyncio.wait_for(session.ws_connect(url), timeout=wait)  # a harness's connect timeout
+            await ws.close()
+            return "open"
+        except aiohttp.WSServerHandshakeError as exc:
+            return f"refused {exc.status}"
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            return "no answer"
+
+
+@pytest.mark.parametrize(("fault", "saw", "outcome", "kind"), [
+    ("ws_refuse=404", "refused 404", "http_error", "ws_upgrade_refused"),
+    ("ws_swallow=true", "no answer", "stall_before_headers", "ws_upgrade_unanswered"),
+])  # fmt: skip
+def test_a_refused_and_a_swallowed_upgrade_each_get_a_verdict_that_says_so(
+    engines: EngineFactory, mitmdumps: MitmdumpFactory, tmp_path: Path, fault: str, saw: str, outcome: str, kind: str
+) -> None:
+    engine = engines(*FAST)
+    hop = mitmdumps.faults(engine, fault)
+    out = tmp_path / "rec"
+    recorder = mitmdumps.recorder(hop, out)
+
+    async def client() -> str:
+        return await asyncio.wait_for(refused_then_gone(ws_url(recorder), 3.0), timeout=20)
+
+    assert asyncio.run(client()) == saw
+    time.sleep(0.5)
+    recorder.stop()
+    chain = write_chain(tmp_path / "chain.toml", engine.url, [("gateway", hop.url)])
+    status, doc = check(tmp_path, out, chain)
+    assert status == 1 and (doc["verdict"], doc["culprit"], doc["first_turn"]) == ("proxy", "gateway", 1), doc["summary"]
+    assert {f["outcome"] for f in doc["findings"] if f["route"] == "via:gateway"} == {outcome}
+    (said,) = [a for a in doc["advice"] if a["hop"] == "gateway"]
+    assert said["kind"] == kind, said

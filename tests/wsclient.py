@@ -13,14 +13,11 @@ import aiohttp
 
 from proxycheck.core.recording.websocket import TERMINAL
 from proxycheck.io.procs import Managed
+from websocket_clients import ws_url as ws_url  # one rule for the socket's URL
 
 __all__ = ["TERMINAL", "WAIT", "Client", "create", "socket", "ws_url"]
 
 WAIT = 10.0  # the longest any one message is waited for
-
-
-def ws_url(proc: Managed) -> str:
-    return proc.url.replace("http://", "ws://") + "/v1/responses"
 
 
 class Client:

@@ -13,9 +13,9 @@ here (`run_socket`), with the same context (route, run, alarms, sink) it gives a
   so every outcome rule, watchdog and the client's patience apply as for a stream: the send (the
   first turn's includes the handshake, and a handshake answered with another status than 101 is
   that status: a refused upgrade), the answer's first message as its "headers", each server
-  message as the SSE event that carries it (`proxycheck.core.recording.websocket.as_sse`), its
-  terminal event as the stream's end; a close or a cut of the socket mid-answer is the transport
-  error that ends it (`reset`).
+  message as one event of the stream (`MessageData`: the transport framed it), its terminal
+  event as the stream's end; a close or a cut of the socket mid-answer is the transport error
+  that ends it (`reset`).
 * Between turns: the recorded think time, measured from the end of the turn before. A socket
   that closed while it waited is the next turn's failure, said with how long it had been idle
   ("the socket was closed by the server (1001) 12.3 s into the wait before this turn").
@@ -27,8 +27,10 @@ here (`run_socket`), with the same context (route, run, alarms, sink) it gives a
   to send (`PlannedTurn.socket_end`); the replay watches the socket as long (and half again: a
   hop's timer is not exact): a close or cut in that time is the same end (`reset`, with the idle
   it came after), a socket still open outlived it (`ok`).
-* A socket is read by one pending receive at a time, never given a timeout (aiohttp marks a socket
-  closed when a receive times out): a close while the replay waits a think time is seen then.
+* While the replay waits a think time, one receive stays pending on the socket, given no timeout
+  (aiohttp marks a socket closed when a receive times out): a close then is seen when it comes.
+  Within an answer a receive has the watchdog's deadline as its timeout: when it passes, the
+  socket is given up anyway.
 * `previous_response_id` of each message is mapped to the live ids (`SocketIds`).
 """
 
@@ -73,10 +75,8 @@ class _Ended(Exception):
 
 
 class _Socket:
-    """An open socket and its one pending receive. aiohttp marks a socket closed when a receive
-    times out, so a receive is never given a timeout: it stays pending across a think time, a
-    watchdog's deadline is a wait on it, and a close that comes while nothing is sent is seen
-    when it comes."""
+    """An open socket, and the receive left pending on it while a think time runs (see the module
+    docstring): a close that comes while nothing is sent is seen when it comes."""
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self.ws = ws
@@ -110,7 +110,9 @@ class _Socket:
             done, _ = await asyncio.wait({sleeper, self._pending}, return_when=asyncio.FIRST_COMPLETED)
             if self._pending in done and self._pending.result().type in _ENDS:
                 self.closed_at = time.monotonic()
-                await sleeper
+            # A message between turns stays taken (the next answer reads it first); a close is
+            # noted: either way the think time is waited out.
+            await sleeper
         finally:
             if not sleeper.done():
                 sleeper.cancel()
@@ -146,7 +148,8 @@ async def run_socket(session: PlannedSession, ctx: Any, start_at: float | None, 
                     await ctx.alarms.sleep_until(wake)
                 if not ctx.budget.take():
                     return
-                machine = ExchangeMachine(dialect=None, streamed=False, watchdogs=ctx.options.watchdogs)  # no answer to read
+                # No answer to read on the handshake's exchange: nothing for a dialect to parse.
+                machine = ExchangeMachine(dialect=None, streamed=False, watchdogs=ctx.options.watchdogs)
                 ctx.listener.request(ctx.route, turn, url, headers, b"")
                 try:
                     sock = _Socket(await _open(client, url, headers, machine, ctx, send=None))
@@ -215,12 +218,14 @@ async def _idle_end(sock: _Socket, turn: PlannedTurn, ctx: Any, since: float) ->
     t_start = round(since - ctx.origin, 6)
     if sock.closed_at is not None:
         waited = sock.closed_at - since
-        return Observation(t_start=t_start, end=round(waited, 6), streamed=True, outcome=Outcome.RESET, transport=WEBSOCKET,
-                           detail=f"{_closed_words(sock.ws)} {waited:.1f} s after the last turn ended, while it sat "
-                                  f"idle (the recording: {turn.recorded.detail})")  # fmt: skip
+        said = (f"{_closed_words(sock.ws)} {waited:.1f} s after the last turn ended, while it sat idle (the "
+                f"recording: {turn.recorded.detail})")  # fmt: skip
+        return Observation(t_start=t_start, end=round(waited, 6), streamed=True, outcome=Outcome.RESET,
+                           transport=WEBSOCKET, detail=said)  # fmt: skip
     waited = time.monotonic() - since
+    said = f"the socket stayed open {waited:.1f} s after the last turn, past the recorded end"
     return Observation(t_start=t_start, end=round(waited, 6), streamed=True, outcome=Outcome.OK, transport=WEBSOCKET,
-                       detail=f"the socket stayed open {waited:.1f} s after the last turn, past the recorded end")  # fmt: skip
+                       detail=said)  # fmt: skip
 
 
 def _think(turn: PlannedTurn, ctx: Any) -> float:

@@ -305,12 +305,16 @@ def plan_socket(summary: SessionSummary, ex: RecordedExchange, origin: float) ->
         # No turn on it: the upgrade refused, never answered, or a socket never used. The
         # handshake is what the recorded client met: replayed alone (`PlannedTurn.handshake`).
         state = analyze(ex).classified
+        # A client that gave up on an unanswered upgrade waited that long: its patience, as for a request.
+        left = ex.error is not None and CLIENT_LEFT_WORDS in ex.error.lower() and ex.t_response is None
+        waited = round(ex.t_error - ex.t_request, 6) if left and ex.t_error is not None else None
         only = PlannedTurn(
             session=summary.id, turn=1, xid=ex.xid, method="WS", url=ex.url, dialect=WS_DIALECT, streamed=True,
             http_version=ex.http_version, headers=headers, body=b"", think_time=None, new_connection=True,
             client_id=ex.conn.client_id if ex.conn else None,
             recorded=RecordedOutcome(outcome=state.outcome, detail=state.detail, status=ex.status,
-                                     duration=None if ended_at(ex) is None else round(ended_at(ex) - ex.t_request, 6)),
+                                     duration=None if ended_at(ex) is None else round(ended_at(ex) - ex.t_request, 6),
+                                     client_waited=waited, client_waited_for_headers=waited is not None),
             redacted=ex.redacted, recorded_at=round(ex.t_request - origin, 6), handshake=True,
         )  # fmt: skip
         return PlannedSession(summary.id, summary.grouped_by, WS_DIALECT, round(ex.t_request - origin, 6), (only,),
