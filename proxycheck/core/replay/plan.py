@@ -690,7 +690,7 @@ class ChainedSession:
         planned = self.session.turns[i]
         named = self._named[i]
         if named is not None:
-            return _name_live_response(planned.body, named, self._live_ids)
+            return name_live_response(planned.body, named, self._live_ids)
         history = self._histories.get(i)
         if history is None:
             return planned.body
@@ -776,7 +776,7 @@ def _named_response(turn: PlannedTurn) -> str | None:
     return named if isinstance(named, str) and named else None
 
 
-def _name_live_response(body: bytes, recorded_id: str, live_ids: dict[str, str]) -> bytes:
+def name_live_response(body: bytes, recorded_id: str, live_ids: dict[str, str]) -> bytes:
     """`body` naming the live response that stands for `recorded_id`; as recorded when none does.
     Only that member changes: the id's JSON string is replaced where it is the member's value,
     so the rest of the body stays byte for byte as recorded."""

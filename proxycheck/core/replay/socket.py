@@ -7,7 +7,7 @@ continues (`previous_response_id`), an id the engine replayed against never gave
 live response is paired with the id its recorded response carried, and a later turn naming a
 recorded id is sent naming the live one (`SocketIds`); an id with no live partner (its turn got
 no response live) is sent as recorded: what the engine says to it is a consequence of the replay.
-A message with nothing to map is sent byte for byte; a mapped one is re-serialized.
+Every other byte of a message is sent as recorded.
 
 The handshake's headers are the recorded request's, kept as for any request
 (`plan.replay_headers`), less those the WebSocket client makes for each handshake of its own (the
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 from typing import Iterable
+
+from proxycheck.core.replay.plan import name_live_response
 
 # Made per handshake by the client (RFC 6455 4.1): never replayed from a recording.
 HANDSHAKE_OWN = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
@@ -52,16 +54,11 @@ class SocketIds:
             self._live[recorded] = live
 
     def message(self, body: bytes) -> bytes:
-        """The message to send for a turn recorded as `body`."""
+        """The message to send for a turn recorded as `body` (only `previous_response_id` changes,
+        byte for byte elsewhere: `plan.name_live_response`, the rule of chained HTTP turns)."""
         try:
             doc = json.loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return body
-        if not isinstance(doc, dict):
-            return body
-        named = doc.get("previous_response_id")
-        live = self._live.get(named) if isinstance(named, str) else None
-        if live is None:
-            return body
-        doc["previous_response_id"] = live
-        return json.dumps(doc, separators=(",", ":")).encode()
+        named = doc.get("previous_response_id") if isinstance(doc, dict) else None
+        return name_live_response(body, named, self._live) if isinstance(named, str) else body
