@@ -94,8 +94,8 @@ def test_minimize_and_bench_say_what_they_do_not_do_with_sockets(engines: Engine
                      str(tmp_path / "min")]) == 2  # fmt: skip
     err = capsys.readouterr().err
     assert "holds 1 WebSocket session(s), which minimize does not shrink yet" in err and not (tmp_path / "min").exists()
-    assert cli.main(["bench", str(recording), "--chain", str(chain), "--route", "direct", "--requests", "2", "--concurrency", "1",
-                     "--out", str(tmp_path / "bench")]) == 2  # fmt: skip
+    assert cli.main(["bench", str(recording), "--chain", str(chain), "--route", "direct", "--requests", "2",
+                     "--concurrency", "1", "--out", str(tmp_path / "bench")]) == 2  # fmt: skip
     err = capsys.readouterr().err
     assert "1 WebSocket session(s) left out: bench sends HTTP requests only" in err
     assert "no LLM requests to send over HTTP" in err

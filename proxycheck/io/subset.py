@@ -80,6 +80,9 @@ def _shifted(x: RecordedExchange, dt: float, body: bytes | None, pieces: dict[st
         changes.update(t_end=None, t_error=at(x.t_error))
     else:
         changes["t_end"] = at(x.t_end)
+    if x.ws or x.ws_close is not None:  # a WebSocket session's messages and end move with it
+        changes["ws"] = tuple(replace(m, t=round(m.t + dt, 6)) for m in x.ws)
+        changes["ws_close"] = None if x.ws_close is None else replace(x.ws_close, t=round(x.ws_close.t + dt, 6))
     return replace(x, **changes)  # type: ignore[arg-type]
 
 
@@ -148,6 +151,8 @@ def _imported(recording: Recording, x: RecordedExchange, body: bytes | None, dt:
         t_error=at(x.t_error),
         xid=x.xid,
         not_recorded=what_is_not_recorded(x),
+        ws=[replace(m, t=m.t + dt) for m in x.ws],
+        ws_close=None if x.ws_close is None else replace(x.ws_close, t=x.ws_close.t + dt),
     )
 
 

@@ -27,6 +27,7 @@ from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.recording.websocket import turns
 from proxycheck.io.recordings import open_recording
 from proxycheck.io.storage import load
+from proxycheck.io.subset import write_subset
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -152,3 +153,21 @@ def test_a_mitmproxy_dump_of_a_socket_imports_as_the_recorder_journals_it(engine
     assert back.ws_close is not None and recorded.ws_close is not None
     assert (back.ws_close.by, back.ws_close.code) == (recorded.ws_close.by, recorded.ws_close.code) == ("client", 1000)
     assert [t.outcome for t in open_recording(str(imported)).summaries[0].turns] == [Outcome.OK]
+
+
+def test_a_subset_of_a_recording_keeps_its_sockets_whole(engines: EngineFactory, mitmdumps: MitmdumpFactory,
+                                                         tmp_path: Path) -> None:  # fmt: skip
+    engine = engines(*FAST)
+    out = tmp_path / "rec"
+    recorder = mitmdumps.recorder(engine, out)
+    asyncio.run(converse(ws_url(recorder), turns_=2))
+    settle()
+    recorder.stop()
+    recording = load(out)
+    (socket,) = recording.exchanges
+    write_subset(recording, [socket.xid], tmp_path / "subset", shifts={socket.xid: 1.5})
+    (copy,) = load(tmp_path / "subset").exchanges
+    assert [(m.from_client, m.data) for m in copy.ws] == [(m.from_client, m.data) for m in socket.ws]
+    assert [round(b.t - a.t, 3) for a, b in zip(socket.ws, copy.ws)] == [1.5] * len(socket.ws)  # moved with it
+    assert copy.ws_close is not None and socket.ws_close is not None
+    assert (copy.ws_close.by, copy.ws_close.code) == (socket.ws_close.by, socket.ws_close.code)
