@@ -35,6 +35,15 @@ FAST = ("--token-interval", "0.005", "--ttft-base", "0.02")
 SECRET = "sk-proj-not-for-the-journal"
 
 
+def one_socket(engines: EngineFactory, mitmdumps: MitmdumpFactory, out: Path, turns_: int = 2) -> Path:
+    """A recording in `out` of one socket of `turns_` turns, through the recorder in front of an engine."""
+    recorder = mitmdumps.recorder(engines(*FAST), out)
+    asyncio.run(converse(ws_url(recorder), turns_=turns_))
+    settle()
+    recorder.stop()
+    return out
+
+
 def settle() -> None:
     time.sleep(0.5)  # the recorder's last records (the close) follow the client's close by a moment
 
@@ -114,12 +123,7 @@ def test_beside_http_sessions_a_socket_is_planned_as_one_socket_of_its_turns(
 
 def test_a_socket_goes_through_har_and_back_whole(engines: EngineFactory, mitmdumps: MitmdumpFactory,
                                                    tmp_path: Path) -> None:  # fmt: skip
-    engine = engines(*FAST)
-    out = tmp_path / "rec"
-    recorder = mitmdumps.recorder(engine, out)
-    asyncio.run(converse(ws_url(recorder), turns_=2))
-    settle()
-    recorder.stop()
+    out = one_socket(engines, mitmdumps, tmp_path / "rec")
     har = tmp_path / "rec.har"
     assert run_proxycheck("export", str(out), "--har", str(har)).returncode == 0
     (entry,) = json.loads(har.read_text())["log"]["entries"]
@@ -157,12 +161,7 @@ def test_a_mitmproxy_dump_of_a_socket_imports_as_the_recorder_journals_it(engine
 
 def test_a_subset_of_a_recording_keeps_its_sockets_whole(engines: EngineFactory, mitmdumps: MitmdumpFactory,
                                                          tmp_path: Path) -> None:  # fmt: skip
-    engine = engines(*FAST)
-    out = tmp_path / "rec"
-    recorder = mitmdumps.recorder(engine, out)
-    asyncio.run(converse(ws_url(recorder), turns_=2))
-    settle()
-    recorder.stop()
+    out = one_socket(engines, mitmdumps, tmp_path / "rec")
     recording = load(out)
     (socket,) = recording.exchanges
     write_subset(recording, [socket.xid], tmp_path / "subset", shifts={socket.xid: 1.5})
