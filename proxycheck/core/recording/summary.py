@@ -209,6 +209,7 @@ class ExchangeAnalysis:
     response: ResponseAnalysis | None
     classified: Classified
     ended_at: float | None
+    socket: tuple["SocketTurn", ...] = ()  # a WebSocket session's turns, each judged (`socket_turns`)
 
 
 def analyze(ex: RecordedExchange) -> ExchangeAnalysis:
@@ -282,21 +283,21 @@ def _analyze_socket(ex: RecordedExchange) -> ExchangeAnalysis:
     not closed it, is a `reset` between turns, but a cut of the client's own connection then is the
     client leaving (Codex exits without a close frame); an open socket with every turn answered,
     no wedge. Its analysis is the deciding turn's (else the last)."""
-    judged = socket_turns(ex)
+    judged = tuple(socket_turns(ex))
     close = ex.ws_close
     ended = close.t if close is not None else (ex.t_error if ex.error is not None else ex.t_end)
     for one in judged:
         if one.classified.outcome is not Outcome.OK:
             said = Classified(one.classified.outcome,
                               f"WebSocket turn {one.turn.index} of {len(judged)}: {one.classified.detail}")  # fmt: skip
-            return ExchangeAnalysis(WS_DIALECT, True, one.analysis, said, one.ended_at)
+            return ExchangeAnalysis(WS_DIALECT, True, one.analysis, said, one.ended_at, judged)
     last = judged[-1].analysis if judged else None
     count = f"WebSocket: {len(judged)} turn(s)"
     if not ex.finished and close is None:
         # Every turn answered and none in flight: an open socket between turns is no wedge.
         open_ = f"{count}; the socket was still open when the recording ended"
         kind = Outcome.NOT_RECORDED if ex.not_recorded is not None else Outcome.OK
-        return ExchangeAnalysis(WS_DIALECT, True, last, Classified(kind, open_), ended)
+        return ExchangeAnalysis(WS_DIALECT, True, last, Classified(kind, open_), ended, judged)
     if close is not None and not close.clean and CLIENT_LEFT_WORDS in (ex.error or ""):
         # Every turn answered, then the client's connection closed: it left, as an HTTP client
         # that hangs up after its answer does (the recorder sees no further than its client).
@@ -306,9 +307,10 @@ def _analyze_socket(ex: RecordedExchange) -> ExchangeAnalysis:
         since = judged[-1].ended_at if judged and judged[-1].ended_at is not None else ex.t_request
         state = Classified(Outcome.RESET, f"{count}; between turns the socket was {close.describe()}, "
                                           f"{max(close.t - since, 0.0):.1f} s after the last turn ended")  # fmt: skip
-        return ExchangeAnalysis(WS_DIALECT, True, last, state, ended)
+        return ExchangeAnalysis(WS_DIALECT, True, last, state, ended, judged)
     how = close.describe() if close is not None else (ex.error or "")
-    return ExchangeAnalysis(WS_DIALECT, True, last, Classified(Outcome.OK, f"{count}; {how}" if how else count), ended)
+    ok = Classified(Outcome.OK, f"{count}; {how}" if how else count)
+    return ExchangeAnalysis(WS_DIALECT, True, last, ok, ended, judged)
 
 
 class SessionSummarizer:

@@ -35,14 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 from proxycheck.core.errors import BadInput
-from proxycheck.core.exchange.outcomes import CLIENT_LEFT_WORDS, Classified, Outcome
+from proxycheck.core.exchange.outcomes import CLIENT_LEFT_WORDS, Outcome
 from proxycheck.core.exchange.watchdogs import DEFAULT_CONNECT, MIN_HEADERS, MIN_STALL, MIN_TOTAL, Watchdogs
 from proxycheck.core.protocol.result import Result, ToolCall
 from proxycheck.core.recording.bodies import join_body, prefix_digests
 from proxycheck.core.recording.journal import RecordedExchange
 from proxycheck.core.recording.redact import Headers, Redacted
 from proxycheck.core.recording.sessions import SessionName, think_time
-from proxycheck.core.recording import websocket
 from proxycheck.core.recording.websocket import is_upgrade
 from proxycheck.core.replay.patience import RecordedClient, client_patience, stated_timeout
 from proxycheck.core.recording.summary import (
@@ -51,7 +50,6 @@ from proxycheck.core.recording.summary import (
     SessionSummary,
     TurnSummary,
     analyze,
-    socket_turns,
     ended_at,
     requests_stream,
 )
@@ -272,9 +270,7 @@ def plan_sessions(
             if ts.dialect is None and not include_non_llm:
                 continue
             if is_websocket_session(ex):
-                socket = plan_socket(summary, ex, origin)
-                if socket is not None:
-                    out.append(socket)
+                out.append(plan_socket(summary, ex, origin, ts.analysis))
                 continue  # never sent as an HTTP request: a WebSocket session goes over its own transport
             planned = _plan_turn(summary.id, ts, ex, resolve, prev, origin)
             turns.append(planned)
@@ -292,80 +288,67 @@ def is_websocket_session(ex: RecordedExchange) -> bool:
     return ex.websocket or is_upgrade(ex.request_headers)
 
 
-def plan_socket(summary: SessionSummary, ex: RecordedExchange, origin: float) -> PlannedSession | None:
-    """A recorded WebSocket session as a replay sends it: one socket, its
-    handshake the recorded one (`url`, the headers kept as for any request), a turn per
-    `response.create` message, sent exactly as recorded but for `previous_response_id`, which
-    the replayer maps to the ids its engine gives (`proxycheck.core.replay.socket`); each after
-    the recorded think time since the turn before ended. What the recording saw of each turn is
-    `socket_turns`' judgement of it."""
-    judged = socket_turns(ex)
+def plan_socket(summary: SessionSummary, ex: RecordedExchange, origin: float,
+                analysis: ExchangeAnalysis | None = None) -> PlannedSession:  # fmt: skip
+    """A recorded WebSocket session as a replay sends it: one socket, its handshake the recorded
+    one (`url`, the headers kept as for any request), a turn per `response.create` message, sent
+    exactly as recorded but for `previous_response_id`, which the replayer maps to the ids its
+    engine gives (`proxycheck.core.replay.socket`); each after the recorded think time since the
+    turn before ended. What the recording saw of each turn is the summary's judgement of it
+    (`analysis`, `ExchangeAnalysis.socket`; made here only for a summary made elsewhere)."""
+    analysis = analysis if analysis is not None else analyze(ex)
+    state = analysis.classified
     headers = replay_headers(ex.request_headers)
-    if not judged:
-        # No turn on it: the upgrade refused, never answered, or a socket never used. The
-        # handshake is what the recorded client met: replayed alone (`PlannedTurn.handshake`).
-        state = analyze(ex).classified
-        # A client that gave up on an unanswered upgrade waited that long: its patience, as for a request.
-        left = ex.error is not None and CLIENT_LEFT_WORDS in ex.error.lower() and ex.t_response is None
-        waited = round(ex.t_error - ex.t_request, 6) if left and ex.t_error is not None else None
-        only = PlannedTurn(
-            session=summary.id, turn=1, xid=ex.xid, method="WS", url=ex.url, dialect=WS_DIALECT, streamed=True,
-            http_version=ex.http_version, headers=headers, body=b"", think_time=None, new_connection=True,
-            client_id=ex.conn.client_id if ex.conn else None,
-            recorded=RecordedOutcome(outcome=state.outcome, detail=state.detail, status=ex.status,
-                                     duration=None if ended_at(ex) is None else round(ended_at(ex) - ex.t_request, 6),
-                                     client_waited=waited, client_waited_for_headers=waited is not None),
-            redacted=ex.redacted, recorded_at=round(ex.t_request - origin, 6), handshake=True,
-        )  # fmt: skip
-        return PlannedSession(summary.id, summary.grouped_by, WS_DIALECT, round(ex.t_request - origin, 6), (only,),
-                              summary.label or summary.id, summary.key, transport="websocket")  # fmt: skip
     client = ex.conn.client_id if ex.conn else None
     close = ex.ws_close
-    gave_up = close is not None and close.by == "client" or (ex.error or "").lower().startswith("client")
+    # The client itself left (a close frame of its own, or its connection cut from its side).
+    client_left = (close is not None and close.by == "client") or CLIENT_LEFT_WORDS in (ex.error or "").lower()
+
+    def planned(number: int, body: bytes, recorded: RecordedOutcome, at: float, think: float | None,
+                **kind: bool) -> PlannedTurn:  # fmt: skip
+        return PlannedTurn(
+            session=summary.id, turn=number, xid=ex.xid, method="WS", url=ex.url, dialect=WS_DIALECT, streamed=True,
+            http_version=ex.http_version, headers=headers, body=body, think_time=think, new_connection=number == 1,
+            client_id=client, recorded=recorded, redacted=ex.redacted, recorded_at=round(at - origin, 6), **kind,
+        )  # fmt: skip
+
     turns: list[PlannedTurn] = []
+    if not analysis.socket:
+        # No turn on it: the upgrade refused, never answered, or a socket never used. The
+        # handshake is what the recorded client met: replayed alone (`PlannedTurn.handshake`); a
+        # client that gave up on an unanswered upgrade waited that long: its patience.
+        waited = round(ex.t_error - ex.t_request, 6) if client_left and ex.t_response is None and ex.t_error else None
+        end = ended_at(ex)
+        recorded = RecordedOutcome(outcome=state.outcome, detail=state.detail, status=ex.status,
+                                   duration=None if end is None else round(end - ex.t_request, 6),
+                                   client_waited=waited, client_waited_for_headers=waited is not None)  # fmt: skip
+        turns.append(planned(1, b"", recorded, ex.t_request, None, handshake=True))
     prev_end: float | None = None
-    for one in judged:
-        turn, analysis = one.turn, one.analysis
-        times = analysis.content_times
-        t0 = turn.t_request
-        last = max([t0, *(m.t for m in turn.answer)])
+    for one in analysis.socket:
+        turn, answer = one.turn, one.analysis
+        times, t0 = answer.content_times, turn.t_request
         waited = None
-        if one.classified.outcome.is_failure and turn.terminal is None and gave_up and one.ended_at is not None:
-            waited = round(one.ended_at - max(t0, analysis.last_content or t0), 6)
+        if one.classified.outcome.is_failure and turn.terminal is None and client_left and one.ended_at is not None:
+            waited = round(one.ended_at - max(t0, answer.last_content or t0), 6)
         marks = sorted([t0, *(m.t for m in turn.answer), *([one.ended_at] if one.ended_at is not None and not waited else [])])
         recorded = RecordedOutcome(
             outcome=one.classified.outcome, detail=one.classified.detail, status=200, headers_time=0.0,
-            ttft=None if analysis.first_content is None else round(analysis.first_content - t0, 6),
+            ttft=None if answer.first_content is None else round(answer.first_content - t0, 6),
             duration=None if one.ended_at is None else round(one.ended_at - t0, 6),
-            gaps=tuple(round(b - a, 6) for a, b in zip(times, times[1:])), result=analysis.result,
+            gaps=tuple(round(b - a, 6) for a, b in zip(times, times[1:])), result=answer.result,
             client_waited=waited, client_waited_for_headers=False,
             sat_through=round(max((b - a for a, b in zip(marks, marks[1:])), default=0.0), 6),
         )  # fmt: skip
-        turns.append(PlannedTurn(
-            session=summary.id, turn=turn.index, xid=ex.xid, method="WS", url=ex.url, dialect=WS_DIALECT,
-            streamed=True, http_version=ex.http_version, headers=headers, body=turn.body,
-            think_time=None if prev_end is None else think_time(prev_end, t0), new_connection=not turns,
-            client_id=client, recorded=recorded, redacted=ex.redacted, recorded_at=round(t0 - origin, 6),
-        ))  # fmt: skip
-        prev_end = one.ended_at if one.ended_at is not None else last
-    if close is not None and not gave_up and prev_end is not None and judged[-1].turn.terminal is not None:
+        turns.append(planned(turn.index, turn.body, recorded, t0, None if prev_end is None else think_time(prev_end, t0)))
+        prev_end = one.ended_at if one.ended_at is not None else marks[-1]
+    if close is not None and not client_left and prev_end is not None and analysis.socket[-1].turn.terminal is not None:
         # The chain ended the socket while it sat idle after its last turn: what the hop did then
         # is part of what it did (an idle timeout), watched for as a last "turn" of the socket.
-        state = _analyze_socket_state(ex)
-        turns.append(PlannedTurn(
-            session=summary.id, turn=turns[-1].turn + 1, xid=ex.xid, method="WS", url=ex.url, dialect=WS_DIALECT,
-            streamed=True, http_version=ex.http_version, headers=headers, body=b"",
-            think_time=think_time(prev_end, close.t), new_connection=False, client_id=client,
-            recorded=RecordedOutcome(outcome=state.outcome, detail=state.detail, duration=0.0),
-            redacted=ex.redacted, recorded_at=round(prev_end - origin, 6), socket_end=True,
-        ))  # fmt: skip
+        recorded = RecordedOutcome(outcome=state.outcome, detail=state.detail, duration=0.0)
+        turns.append(planned(turns[-1].turn + 1, b"", recorded, prev_end, think_time(prev_end, close.t),
+                             socket_end=True))  # fmt: skip
     return PlannedSession(summary.id, summary.grouped_by, WS_DIALECT, round(ex.t_request - origin, 6), tuple(turns),
                           summary.label or summary.id, summary.key, transport="websocket")  # fmt: skip
-
-
-def _analyze_socket_state(ex: RecordedExchange) -> Classified:
-    """How the recording judges the socket as a whole (its end between turns)."""
-    return analyze(ex).classified
 
 
 def _plan_turn(
