@@ -302,7 +302,7 @@ def _analyze_socket(ex: RecordedExchange) -> ExchangeAnalysis:
         # Every turn answered, then the client's connection closed: it left, as an HTTP client
         # that hangs up after its answer does (the recorder sees no further than its client).
         left = Classified(Outcome.OK, f"{count}; the client hung up without a close frame ({close.code})")
-        return ExchangeAnalysis(WS_DIALECT, True, last, left, ended)
+        return ExchangeAnalysis(WS_DIALECT, True, last, left, ended, judged)
     if close is not None and close.by != "client":
         since = judged[-1].ended_at if judged and judged[-1].ended_at is not None else ex.t_request
         state = Classified(Outcome.RESET, f"{count}; between turns the socket was {close.describe()}, "
