@@ -55,7 +55,7 @@ from proxycheck.core.exchange.machine import (
 )
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome, Watchdog
-from proxycheck.core.recording.websocket import WsMessage
+from proxycheck.core.recording.websocket import IDLE_END, NOT_SENT, WAITING_END, WsMessage
 from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, think_delay
 from proxycheck.core.replay.socket import SocketIds, handshake_headers, ws_url
 from proxycheck.io.proxying import aiohttp_session
@@ -218,7 +218,7 @@ async def _idle_end(sock: _Socket, turn: PlannedTurn, ctx: Any, since: float) ->
     t_start = round(since - ctx.origin, 6)
     if sock.closed_at is not None:
         waited = sock.closed_at - since
-        said = (f"{_closed_words(sock.ws)} {waited:.1f} s after the last turn ended, while it sat idle (the "
+        said = (f"{_closed_words(sock.ws)} {waited:.1f} s after the last turn ended, {IDLE_END} (the "
                 f"recording: {turn.recorded.detail})")  # fmt: skip
         return Observation(t_start=t_start, end=round(waited, 6), streamed=True, outcome=Outcome.RESET,
                            transport=WEBSOCKET, detail=said)  # fmt: skip
@@ -269,7 +269,7 @@ async def _send(sock: _Socket, body: bytes, machine: ExchangeMachine, prev_end: 
         idle = at - prev_end if prev_end is not None else 0.0
         words = _closed_words(ws)
         machine.handle(TransportError(time.monotonic(), ErrorKind.RESET,
-                                      f"{words} {idle:.1f} s into the wait before this turn"))  # fmt: skip
+                                      f"{words} {idle:.1f} s {WAITING_END}"))  # fmt: skip
         raise _Ended(words)
     try:
         await ws.send_str(body.decode("utf-8", "surrogateescape"))
@@ -319,4 +319,4 @@ def _not_sent(turn: PlannedTurn, ctx: Any, why: str) -> Observation:
     """A turn the socket's end left unsent: failed for that reason (see the module docstring)."""
     t = time.monotonic() - ctx.origin
     return Observation(t_start=round(t, 6), end=0.0, streamed=True, request_bytes=len(turn.body),
-                       outcome=Outcome.RESET, detail=f"not sent: {why}", transport=WEBSOCKET)  # fmt: skip
+                       outcome=Outcome.RESET, detail=f"{NOT_SENT}{why}", transport=WEBSOCKET)  # fmt: skip

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.recording.websocket import IDLE_END, NOT_SENT, WAITING_END
 from proxycheck.core.exchange.socks import REPLIES, Refusal, reply_in
 
 ENGINE_ADVICE = ("the engine fails with no proxy in the way: look at the server (its logs, timeouts, "
@@ -167,9 +168,9 @@ def _socket_kind(outcome: Outcome, obs: Observation) -> str | None:
         return "ws_upgrade_refused"
     if outcome is Outcome.STALL_BEFORE_HEADERS and obs.headers is None:
         return "ws_upgrade_unanswered"
-    if outcome is Outcome.RESET and ("while it sat idle" in obs.detail or "into the wait before this turn" in obs.detail):
+    if outcome is Outcome.RESET and (IDLE_END in obs.detail or WAITING_END in obs.detail):
         return "ws_idle_cut"
-    if outcome is Outcome.RESET and obs.detail.startswith("not sent: "):
+    if outcome is Outcome.RESET and obs.detail.startswith(NOT_SENT):
         return "ws_not_sent"
     return None
 

@@ -195,6 +195,7 @@ class ExchangeMachine:
         self.dialect = dialect
         self.streamed = streamed
         self.watchdogs = watchdogs
+        self._patient = watchdogs.patient  # read on every event (`_next_wait`): found once
         self.request_body = request_body
         self._phase = _Phase.NEW
         self.start = 0.0
@@ -469,7 +470,7 @@ class ExchangeMachine:
             wait = Wait(Watchdog.IDLE if self._progressed else Watchdog.FIRST_EVENT,
                         self._last_progress + self._stall_limit())
         total_at = self.start + wd.total if wd.total is not None else None
-        if total_at is not None and self._source(wait.watchdog):
+        if total_at is not None and self._patient and self._source(wait.watchdog):
             # A silence past its watchdog is waited out to the patience, whatever the total; a
             # stream that keeps progressing is still cut by it.
             short = wd.headers if wait.watchdog is Watchdog.HEADERS else wd.stall

@@ -41,6 +41,11 @@ UPGRADE = "websocket"
 CREATE = "response.create"  # the client message that starts a turn
 TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete", "error"})
 ABNORMAL = 1006  # RFC 6455: closed without a close frame (never sent on the wire)
+# How a replayed socket's ends are said in an observation's detail (`proxycheck.io.ws_replay`), and
+# read back by the advice (`proxycheck.core.diagnose.advice`): one wording, written once.
+IDLE_END = "while it sat idle"  # the chain ended the socket after its last turn
+WAITING_END = "into the wait before this turn"  # ... while the next turn's think time ran
+NOT_SENT = "not sent: "  # a turn left on a socket that had ended
 _BY = ("client", "server")
 
 
