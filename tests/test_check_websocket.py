@@ -29,12 +29,13 @@ FAST = ("--token-interval", "0.005", "--ttft-base", "0.02")
 TURNS = 3
 
 
-def recorded(engines: EngineFactory, mitmdumps: MitmdumpFactory, out: Path, sockets: int = 2) -> Path:
+def recorded(engines: EngineFactory, mitmdumps: MitmdumpFactory, out: Path, sockets: int = 2,
+             think: float = 0.0) -> Path:  # fmt: skip
     engine = engines(*FAST)
     recorder = mitmdumps.recorder(engine, out)
 
     async def all_of_them() -> None:
-        await asyncio.gather(*(converse(ws_url(recorder), TURNS) for _ in range(sockets)))
+        await asyncio.gather(*(converse(ws_url(recorder), TURNS, think=think) for _ in range(sockets)))
 
     asyncio.run(all_of_them())
     time.sleep(0.5)  # the recorder's last records follow the client's close by a moment
@@ -43,10 +44,11 @@ def recorded(engines: EngineFactory, mitmdumps: MitmdumpFactory, out: Path, sock
     return out
 
 
-def check(tmp: Path, recording: Path, chain: Path) -> tuple[int, dict]:
+def check(tmp: Path, recording: Path, chain: Path, *argv: str) -> tuple[int, dict]:
     out = tmp / f"run-{time.monotonic_ns()}"
     verdict = out.with_suffix(".json")
-    status = cli.main(["check", str(recording), "--chain", str(chain), "--out", str(out), "--json", str(verdict)])
+    status = cli.main(["check", str(recording), "--chain", str(chain), "--out", str(out), "--json", str(verdict),
+                       *argv])  # fmt: skip
     return status, json.loads(verdict.read_text())
 
 
@@ -152,3 +154,30 @@ def test_a_refused_and_a_swallowed_upgrade_each_get_a_verdict_that_says_so(
     assert {f["outcome"] for f in doc["findings"] if f["route"] == "via:gateway"} == {outcome}
     (said,) = [a for a in doc["advice"] if a["hop"] == "gateway"]
     assert said["kind"] == kind, said
+
+
+def test_an_engine_silent_mid_answer_on_a_socket_is_the_stall_its_watchdog_cuts(
+    engines: EngineFactory, mitmdumps: MitmdumpFactory, tmp_path: Path
+) -> None:
+    recording = recorded(engines, mitmdumps, tmp_path / "rec")
+    engine = engines(*FAST, "--fault", "stall:after=6,from_turn=2,seconds=30")  # after 2 of its deltas
+    chain = write_chain(tmp_path / "chain.toml", engine.url, [])
+    status, doc = check(tmp_path, recording, chain, "--stall-timeout", "1")  # the stated watchdog: the limit
+    assert status == 1 and (doc["verdict"], doc["first_turn"]) == ("server", 2), doc["summary"]
+    found = {(f["turn"], f["outcome"]) for f in doc["findings"]}
+    assert (2, "stall_mid_stream") in found and (3, "reset") in found, found  # turn 3 not sent on the given-up socket
+
+
+def test_a_hop_closing_a_socket_while_the_next_turn_waits_is_named_at_that_turn(
+    engines: EngineFactory, mitmdumps: MitmdumpFactory, tmp_path: Path
+) -> None:
+    recording = recorded(engines, mitmdumps, tmp_path / "rec", sockets=1, think=3.0)
+    engine = engines(*FAST)
+    hop = mitmdumps.faults(engine, "ws_idle_close=1.5")
+    chain = write_chain(tmp_path / "chain.toml", engine.url, [("edge", hop.url)])
+    status, doc = check(tmp_path, recording, chain, "--full")  # the recorded 3 s think times, as they were
+    assert status == 1 and (doc["verdict"], doc["culprit"], doc["first_turn"]) == ("proxy", "edge", 2), doc["summary"]
+    second = [f for f in doc["findings"] if f["turn"] == 2]
+    assert second and all("into the wait before this turn" in f["detail"] for f in second), second
+    kinds = {a["kind"] for a in doc["advice"] if a["hop"] == "edge"}
+    assert "ws_idle_cut" in kinds and kinds <= {"ws_idle_cut", "ws_not_sent"}, kinds

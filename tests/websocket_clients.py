@@ -3,6 +3,7 @@ drives one, turns continuing each other with `previous_response_id` (aiohttp's W
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -15,8 +16,9 @@ def ws_url(proc: Any) -> str:
     return proc.url.replace("http://", "ws://") + "/v1/responses"
 
 
-async def converse(url: str, turns_: int = 2, *, key: str | None = None) -> list[list[dict[str, Any]]]:
-    """One socket, `turns_` turns continuing each other; every turn's events (the last may be cut)."""
+async def converse(url: str, turns_: int = 2, *, key: str | None = None, think: float = 0.0) -> list[list[dict[str, Any]]]:
+    """One socket, `turns_` turns continuing each other, `think` seconds apart; every turn's
+    events (the last may be cut)."""
     out: list[list[dict[str, Any]]] = []
     previous = None
     async with aiohttp.ClientSession() as session:
@@ -26,6 +28,7 @@ async def converse(url: str, turns_: int = 2, *, key: str | None = None) -> list
                                         "input": [{"role": "user", "content": f"step {i}"}]}  # fmt: skip
                 if previous:
                     body["previous_response_id"] = previous
+                    await asyncio.sleep(think)
                 if key:
                     body["api_key"] = key  # a credential in a message, as some clients send one
                 await ws.send_str(json.dumps(body))
