@@ -16,13 +16,16 @@ def ws_url(proc: Any) -> str:
     return proc.url.replace("http://", "ws://") + "/v1/responses"
 
 
-async def converse(url: str, turns_: int = 2, *, key: str | None = None, think: float = 0.0) -> list[list[dict[str, Any]]]:
+async def converse(url: str, turns_: int = 2, *, key: str | None = None, think: float = 0.0, proxy: str | None = None,
+                   ssl: Any = True) -> list[list[dict[str, Any]]]:  # fmt: skip
     """One socket, `turns_` turns continuing each other, `think` seconds apart; every turn's
-    events (the last may be cut)."""
+    events (the last may be cut). `proxy`: an HTTP proxy to open it through (an absolute-URI
+    upgrade for ws://, CONNECT for wss://); `ssl`: aiohttp's (False: trust any certificate)."""
     out: list[list[dict[str, Any]]] = []
     previous = None
     async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, headers={"OpenAI-Beta": "responses_websockets=2026-02-06"}) as ws:
+        async with session.ws_connect(url, headers={"OpenAI-Beta": "responses_websockets=2026-02-06"}, proxy=proxy,
+                                      ssl=ssl) as ws:  # fmt: skip
             for i in range(turns_):
                 body: dict[str, Any] = {"type": "response.create", "model": "m", "max_output_tokens": 8,
                                         "input": [{"role": "user", "content": f"step {i}"}]}  # fmt: skip

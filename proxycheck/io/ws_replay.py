@@ -57,7 +57,7 @@ from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome, Watchdog
 from proxycheck.core.recording.websocket import IDLE_END, NOT_SENT, WAITING_END, WsMessage
 from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, think_delay
-from proxycheck.core.replay.socket import SocketIds, handshake_headers, ws_url
+from proxycheck.core.replay.socket import SocketIds, handshake_headers, upgrade_url, ws_url
 from proxycheck.io.proxying import aiohttp_session
 
 __all__ = ["run_socket"]
@@ -238,8 +238,8 @@ async def _open(client: aiohttp.ClientSession, url: str, headers: dict[str, str]
     Then the turn's message (`send`: the machine's request body; None: the handshake alone)."""
     machine.handle(RequestSent(time.monotonic()))
     try:
-        ws = await asyncio.wait_for(client.ws_connect(url, headers=headers, autoping=True, heartbeat=None, max_msg_size=0),
-                                    timeout=ctx.options.watchdogs.headers_limit)  # fmt: skip
+        opening = client.ws_connect(upgrade_url(url), headers=headers, autoping=True, heartbeat=None, max_msg_size=0)
+        ws = await asyncio.wait_for(opening, timeout=ctx.options.watchdogs.headers_limit)
     except asyncio.TimeoutError:
         machine.handle(WatchdogExpired(time.monotonic(), Watchdog.HEADERS))
         raise _Ended("the upgrade was never answered") from None

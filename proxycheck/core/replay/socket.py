@@ -42,6 +42,19 @@ def ws_url(url: str) -> str:
     return url
 
 
+def upgrade_url(url: str) -> str:
+    """The URL a socket is opened with on the wire: the http(s) form of a ws(s) URL. Through a
+    forward proxy a client writes its URL in the request line, and `GET ws://...` is refused
+    (mitmproxy: "Invalid request scheme: ws"; RFC 9112's absolute-form is an http URI), while `GET
+    http://...` with `Upgrade: websocket` is the same upgrade; a wss:// socket is a CONNECT tunnel
+    either way. Straight to a server the two forms are the same request."""
+    if url.startswith("wss://"):
+        return "https://" + url[len("wss://") :]
+    if url.startswith("ws://"):
+        return "http://" + url[len("ws://") :]
+    return url
+
+
 class SocketIds:
     """Recorded response ids paired with the live ones of one replayed socket."""
 

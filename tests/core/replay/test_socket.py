@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from proxycheck.core.replay.socket import SocketIds, handshake_headers, ws_url
+from proxycheck.core.replay.socket import SocketIds, handshake_headers, upgrade_url, ws_url
 
 
 def test_a_later_turn_names_the_live_response_and_keeps_every_other_byte() -> None:
@@ -30,3 +30,10 @@ def test_the_handshake_keeps_the_recorded_headers_but_those_each_handshake_makes
                 ("Connection", "Upgrade"), ("Host", "old:1")]  # fmt: skip
     assert handshake_headers(recorded) == {"Authorization": "Bearer x", "OpenAI-Beta": "responses_websockets=2026-02-06"}
     assert ws_url("https://h/v1/responses") == "wss://h/v1/responses" and ws_url("http://h:1/x") == "ws://h:1/x"
+
+
+def test_a_socket_is_opened_with_the_http_form_of_its_url() -> None:
+    # What a forward proxy reads in the request line: an http URI (a `ws://` one is refused).
+    assert upgrade_url("ws://h:1/v1/responses?a=ws://") == "http://h:1/v1/responses?a=ws://"
+    assert upgrade_url("wss://h/v1/responses") == "https://h/v1/responses"
+    assert upgrade_url(ws_url("http://h:1/x")) == "http://h:1/x" and upgrade_url("https://h/x") == "https://h/x"
