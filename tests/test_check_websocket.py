@@ -152,6 +152,8 @@ def test_a_refused_and_a_swallowed_upgrade_each_get_a_verdict_that_says_so(
     status, doc = check(tmp_path, out, chain)
     assert status == 1 and (doc["verdict"], doc["culprit"], doc["first_turn"]) == ("proxy", "gateway", 1), doc["summary"]
     assert {f["outcome"] for f in doc["findings"] if f["route"] == "via:gateway"} == {outcome}
+    said_upgrade = "refuses the WebSocket upgrade (HTTP 404)" if outcome == "http_error" else "never answers the WebSocket upgrade"
+    assert doc["summary"].startswith(f"hop gateway {said_upgrade}"), doc["summary"]
     (said,) = [a for a in doc["advice"] if a["hop"] == "gateway"]
     assert said["kind"] == kind, said
 

@@ -49,6 +49,7 @@ def test_diff_of_a_socket_replay_names_the_hop_at_the_first_failing_turn(engines
     status = cli.main(["diff", str(run), "--json", str(verdict), "--junit", str(junit), "--html", str(html)])
     doc = json.loads(verdict.read_text())
     assert status == 1 and (doc["verdict"], doc["culprit"], doc["first_turn"]) == ("proxy", "edge", 2), doc["summary"]
+    assert doc["summary"].startswith("hop edge cuts WebSockets mid-answer"), doc["summary"]
     assert next(r for r in doc["routes"] if r["route"] == "direct")["failures"] == 0
 
     cases = ET.parse(junit).getroot().iter("testcase")

@@ -55,7 +55,7 @@ from proxycheck.core.exchange.machine import (
 )
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome, Watchdog
-from proxycheck.core.recording.websocket import IDLE_END, NOT_SENT, WAITING_END, WsMessage
+from proxycheck.core.recording.websocket import NOT_SENT, WsMessage, ended_idle
 from proxycheck.core.replay.plan import PlannedSession, PlannedTurn, think_delay
 from proxycheck.core.replay.socket import SocketIds, handshake_headers, upgrade_url, ws_url
 from proxycheck.io.proxying import aiohttp_session
@@ -218,8 +218,7 @@ async def _idle_end(sock: _Socket, turn: PlannedTurn, ctx: Any, since: float) ->
     t_start = round(since - ctx.origin, 6)
     if sock.closed_at is not None:
         waited = sock.closed_at - since
-        said = (f"{_closed_words(sock.ws)} {waited:.1f} s after the last turn ended, {IDLE_END} (the "
-                f"recording: {turn.recorded.detail})")  # fmt: skip
+        said = f"{ended_idle(_closed_words(sock.ws), waited, waiting=False)} (the recording: {turn.recorded.detail})"
         return Observation(t_start=t_start, end=round(waited, 6), streamed=True, outcome=Outcome.RESET,
                            transport=WEBSOCKET, detail=said)  # fmt: skip
     waited = time.monotonic() - since
@@ -268,8 +267,7 @@ async def _send(sock: _Socket, body: bytes, machine: ExchangeMachine, prev_end: 
         at = sock.closed_at if sock.closed_at is not None else time.monotonic()
         idle = at - prev_end if prev_end is not None else 0.0
         words = _closed_words(ws)
-        machine.handle(TransportError(time.monotonic(), ErrorKind.RESET,
-                                      f"{words} {idle:.1f} s {WAITING_END}"))  # fmt: skip
+        machine.handle(TransportError(time.monotonic(), ErrorKind.RESET, ended_idle(words, idle, waiting=True)))
         raise _Ended(words)
     try:
         await ws.send_str(body.decode("utf-8", "surrogateescape"))

@@ -12,7 +12,9 @@ tokens. An `Advice` says three things apart:
   came, the seconds of silence before a cut, after how many events);
 - `likely`: the causes those figures point to, named as likely, never as found (a cut after a
   silence: a read timeout; cuts at one time after the request while data still flowed, where the
-  direct route ran longer: a cap on the response's duration, `_Group.duration_cap`);
+  direct route ran longer: a cap on the response's duration, `_Group.duration_cap`; WebSockets
+  ended at one time after they opened, idle or not, where direct kept them longer: a cap on a
+  socket's life, `_Group.socket_life_cap`);
 - `fix`: the settings to change.
 
 Nothing is said that the observations do not show: a figure comes from them, and where they
@@ -33,7 +35,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome
-from proxycheck.core.recording.websocket import IDLE_END, NOT_SENT, WAITING_END
+from proxycheck.core.recording.websocket import IDLE_END, NOT_SENT, WAITING_END, idle_when_ended
 from proxycheck.core.exchange.socks import REPLIES, Refusal, reply_in
 
 ENGINE_ADVICE = ("the engine fails with no proxy in the way: look at the server (its logs, timeouts, "
@@ -346,6 +348,44 @@ class _Group:
         alike = len({len(o.events) for o in obs}) == 1  # as many events each time: a size limit fits too
         return _Cap(after, tuple(times), tuple(quiet), tuple(direct), alike)
 
+    def idle_ends(self) -> list[float]:
+        """The seconds each socket had sat idle when the chain ended it (`ended_idle`'s words)."""
+        return [t for t in (idle_when_ended(i.detail or i.obs.detail) for i in self.items) if t is not None]
+
+    def socket_life_cap(self) -> "_Lives | None":
+        """The figures of a cap on a WebSocket's life, when the cuts show one; else None.
+
+        A cap on a connection's life ends every socket at one time after it opened, whatever it
+        is doing; an idle timeout ends it at one time after its last message. So: two cuts or
+        more of sockets (mid-answer, or while idle between turns), not all at one moment of one
+        replay (a restart of the hop), each at the same time (`_alike`) after its socket opened
+        (its first turn's start); when they were cut idle, idle for different times (an idle
+        timeout explains cuts after equal silences as well, and is the likelier); when cut
+        mid-answer, while data still flowed. And the same sockets on the direct route stayed open
+        longer than that, and no socket of the route that ran to its end lived longer."""
+        obs = self.obs
+        if len(obs) < 2 or any(o.transport != "websocket" or o.end is None for o in obs) or _one_moment(obs):
+            return None
+        cuts = [_socket_cut(o, self.context.get(o.route, ())) for o in obs]
+        lives = [c for c in cuts if c is not None]
+        if len(lives) < len(obs) or not _alike(lives):
+            return None
+        idle = self.idle_ends()
+        if idle and (len(idle) < len(obs) or _alike(idle)):
+            return None  # cut after equal silences: an idle timeout fits them as well
+        if not idle and max(self.quiet()) >= QUIET_CUT:
+            return None  # a silence before each cut mid-answer: a read timeout is likelier
+        direct = [_socket_life(r, self.context.get(r.route, ())) for r in (i.reference for i in self.items)
+                  if r is not None]  # fmt: skip
+        if len(direct) < len(obs) or min(direct) <= max(lives) + _tolerance(lives):
+            return None  # what the direct route's sockets do for as long is not known, or they ended sooner
+        passed = [_socket_life(i.obs, self.context.get(route, ())) for route in self.routes
+                  for i in self.context.get(route, ()) if i.obs.transport == "websocket"
+                  and not any(j.outcome.is_failure for j in _same_socket(i.obs, self.context.get(route, ())))]  # fmt: skip
+        if max(passed, default=0.0) > max(lives) + _tolerance(lives):
+            return None
+        return _Lives(tuple(lives), tuple(idle), tuple(direct))
+
     def cut_as_first_token_came(self) -> tuple[list[float], list[float]] | None:
         """(each cut, the same exchange's first token on the direct route), from the request, when
         every cut before the first token came no sooner than that token did on the direct route,
@@ -378,6 +418,42 @@ class _Cap:
     quiet: tuple[float, ...]
     direct: tuple[float, ...]
     alike: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Lives:
+    """Sockets ended at one time after they opened: how long each had lived, how long it had sat
+    idle when cut (empty when cut mid-answer), and how long the same sockets lived on direct."""
+
+    lives: tuple[float, ...]
+    idle: tuple[float, ...]
+    direct: tuple[float, ...]
+
+
+def _same_socket(o: Observation, items: Sequence[Item]) -> list[Item]:
+    """The turns of the socket `o` is a turn of (one session of one replay of a route)."""
+    return [i for i in items if i.obs.session == o.session and i.obs.repetition == o.repetition]
+
+
+def _socket_cut(o: Observation, items: Sequence[Item]) -> float | None:
+    """Seconds from the opening of `o`'s socket (its first turn's start) to the chain ending it:
+    mid-answer, the turn's end; idle, the silence it had sat through since its last turn ended."""
+    turns = [i.obs for i in _same_socket(o, items)]
+    if not turns:
+        return None
+    opened = min(t.t_start for t in turns)
+    idle = idle_when_ended(o.detail)
+    if idle is None:
+        return o.t_start + (o.end or 0.0) - opened
+    before = [t.t_start + t.end for t in turns if t.end is not None and t.turn < o.turn and t.outcome.answered]
+    return max(before) + idle - opened if before else None
+
+
+def _socket_life(o: Observation, items: Sequence[Item]) -> float:
+    """How long `o`'s socket stayed open as far as its turns show: from its first turn's start to
+    the last turn's end."""
+    turns = [i.obs for i in _same_socket(o, items)] or [o]
+    return max(t.t_start + (t.end or 0.0) for t in turns) - min(t.t_start for t in turns)
 
 
 def _one_moment(obs: Sequence[Observation]) -> bool:
@@ -611,6 +687,9 @@ def _reset(g: _Group) -> Words:
     if ref is not None:
         fact = f" (the longest gap on the direct route: {_secs(ref)})" if mid else \
             f" (the first token came after up to {_secs(ref)} on the direct route)"  # fmt: skip
+    lives = g.socket_life_cap()
+    if lives is not None:
+        return (seen, *_life_capped(lives))
     cap = g.duration_cap()
     if cap is not None:
         return (seen, *_capped(g, cap))
@@ -952,6 +1031,9 @@ def _words_of(kind: str) -> Callable[[_Group], Words]:
 _WS_IDLE = ("nginx proxy_read_timeout (it counts a socket's silence), HAProxy timeout tunnel, Squid "
             "read_timeout on a CONNECT tunnel, a load balancer's or CDN's idle timeout (Cloudflare 100 s, an AWS "
             "ALB's 60 s by default)")  # fmt: skip
+_WS_LIFE_CAPS = ("a GCP load balancer's backend service timeout, which bounds a WebSocket's whole life; Envoy's "
+                 "max_connection_duration or a route's max_stream_duration; AWS API Gateway's 2 hours; a hop "
+                 "reloaded on a schedule")  # fmt: skip
 _WS_FORWARDING = ('nginx forwards a WebSocket only with proxy_http_version 1.1; proxy_set_header Upgrade '
                   '$http_upgrade; proxy_set_header Connection "upgrade"')  # fmt: skip
 
@@ -980,15 +1062,28 @@ def _ws_upgrade_unanswered(g: _Group) -> Words:
 
 
 def _ws_idle_cut(g: _Group) -> Words:
-    ends = g.ends()
-    after = f" after {_span(ends)} of silence" if ends else ""
+    idle = g.idle_ends()
+    after = f" after {_span(idle)} of silence" if idle else ""
     seen = f"{g.where} ended the WebSocket while it sat idle between turns{after}"
     if g.direct_ok():
         seen += "; the direct route kept it open as long"
+    lives = g.socket_life_cap()
+    if lives is not None:
+        return (seen, *_life_capped(lives))
     return (seen,
             f"an idle timeout on WebSocket connections shorter than the think time between turns (a tool running): "
             f"{_WS_IDLE}",
             "raise it above the longest think time between turns, or have the client send pings while it waits")  # fmt: skip
+
+
+def _life_capped(lives: _Lives) -> tuple[str, str]:
+    """Likely and fix of sockets a cap on a connection's life ended."""
+    when = f"after {_span(lives.idle)} of silence" if lives.idle else "while their answers still flowed"
+    return (f"a cap on a WebSocket's life of about {_span(lives.lives)} from its opening, not an idle timeout: "
+            f"every socket ended then, {when}, and the same sockets stayed open {_span(lives.direct)} on the "
+            f"direct route (such caps: {_WS_LIFE_CAPS})",
+            f"raise the cap above the longest session ({_secs(max(lives.direct))} on the direct route here), or "
+            "keep sessions shorter than it")  # fmt: skip
 
 
 def _ws_not_sent(g: _Group) -> Words:

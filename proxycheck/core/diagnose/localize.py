@@ -70,6 +70,7 @@ from proxycheck.core.diagnose.verdict import (
 )
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome
+from proxycheck.core.recording.websocket import NOT_SENT, idle_when_ended
 from proxycheck.core.stats import fisher_exact, fisher_greater, median
 
 DIRECT = "direct"
@@ -621,10 +622,35 @@ def _pattern(judged: Sequence[Judged], failed: Sequence[Judged]) -> tuple[Outcom
 
 
 def _phrase(outcome: Outcome, failed: Sequence[Judged]) -> str:
+    mine = [j for j in failed if j.outcome is outcome]
+    if mine and all(j.obs.transport == "websocket" for j in mine):
+        said = _socket_phrase(outcome, mine)
+        if said:
+            return said
     if outcome is Outcome.HTTP_ERROR:
         statuses = Counter(j.obs.status for j in failed if j.outcome is outcome)
         return f"answers HTTP {statuses.most_common(1)[0][0]}"
     return _PHRASES.get(outcome, outcome.value.replace("_", " "))
+
+
+def _socket_phrase(outcome: Outcome, failed: Sequence[Judged]) -> str | None:
+    """What a route did to WebSocket turns, where the HTTP words would mislead: an end between
+    turns is no cut mid-response, an upgrade no request the hop answered."""
+    if outcome is Outcome.HTTP_ERROR:
+        statuses = Counter(j.obs.status for j in failed)
+        return f"refuses the WebSocket upgrade (HTTP {statuses.most_common(1)[0][0]})"
+    if outcome is Outcome.STALL_BEFORE_HEADERS and all(j.obs.headers is None for j in failed):
+        return "never answers the WebSocket upgrade"
+    if outcome is Outcome.RESET:
+        ends = [j for j in failed if not (j.detail or j.obs.detail).startswith(NOT_SENT)]
+        idle = sum(1 for j in ends if idle_when_ended(j.detail or j.obs.detail) is not None)
+        if ends and idle == len(ends):
+            return "ends WebSockets while they sit idle between turns"
+        if ends and idle == 0:
+            return "cuts WebSockets mid-answer"
+        if ends:
+            return "ends WebSockets, mid-answer and between turns"
+    return None
 
 
 _PHRASES = {

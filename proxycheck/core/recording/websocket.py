@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -47,6 +48,22 @@ IDLE_END = "while it sat idle"  # the chain ended the socket after its last turn
 WAITING_END = "into the wait before this turn"  # ... while the next turn's think time ran
 NOT_SENT = "not sent: "  # a turn left on a socket that had ended
 _BY = ("client", "server")
+_AFTER_LAST = "after the last turn ended, "
+_IDLE_FOR = re.compile(r"(\d+(?:\.\d+)?) s (?:" + re.escape(_AFTER_LAST + IDLE_END) + "|" + re.escape(WAITING_END) + ")")
+
+
+def ended_idle(how: str, idle: float, waiting: bool) -> str:
+    """The words of a replayed socket the chain ended `how` ("the socket was cut ...") after
+    `idle` seconds of silence since its last turn ended: while the next turn waited its think
+    time (`waiting`), or after the last turn."""
+    return f"{how} {idle:.1f} s {WAITING_END if waiting else _AFTER_LAST + IDLE_END}"
+
+
+def idle_when_ended(detail: str) -> float | None:
+    """How long a replayed socket had sat idle when the chain ended it, read back from the words
+    `ended_idle` wrote; None for any other detail."""
+    found = _IDLE_FOR.search(detail)
+    return float(found.group(1)) if found else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from proxycheck.core.exchange.observation import Observation, ResultSummary
 from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.exchange.socks import auth_refused, refused
 from proxycheck.core.protocol.result import Event
+from proxycheck.core.recording.websocket import ended_idle
 
 
 def ok(route: str = "direct", *, turn: int = 1, session: str = "s1", rep: int = 1, request_bytes: int = 1000,
@@ -629,3 +630,88 @@ def test_turns_not_sent_point_at_the_turn_that_ended_the_socket() -> None:
     assert kind_of(Outcome.RESET, gone) == "ws_not_sent"
     assert "not sent" in one("edge", [judged(gone, ok())]).seen
     assert kind_of(Outcome.RESET, replace(gone, transport="http")) == "reset_before_headers"
+
+
+# -- a cap on a WebSocket's life --------------------------------------------------------------
+#
+# A socket carries a whole session: each turn answers in 1 s, then the client thinks. A hop that
+# caps a connection's life ends every socket at one time after it opened, idle or not; an idle
+# timeout ends it at one time after its last message. The replay says a socket ended while the
+# next turn waited with how long it had been idle (`ended_idle`).
+
+CUT_WORDS = "the socket was cut without a close frame (1006)"
+
+
+def socket_replay(route: str, rep: int, session: str, thinks: list[float], *, life: float | None = None,
+                  idle_cut: float | None = None) -> list[Observation]:  # fmt: skip
+    """The turns of one replayed socket: turn k answered in 1 s, then `thinks[k-1]` s of thinking;
+    ended by the chain `life` s after it opened, or after `idle_cut` s of silence: the turn the
+    end fell before is a reset `ended_idle` words, the turns after it not sent."""
+    out: list[Observation] = []
+    opened = start = rep * 100.0
+    ended = False
+    for turn in range(1, len(thinks) + 2):
+        gone = dict(route=route, turn=turn, session=session, rep=rep, headers=None, status=None, end=0.0)
+        if turn > 1:
+            prev_end = start + 1.0
+            start = prev_end + thinks[turn - 2]
+            cut = opened + life if life is not None else prev_end + idle_cut if idle_cut is not None else None
+            if not ended and cut is not None and cut < start:
+                ended = True
+                said = ended_idle(CUT_WORDS, cut - prev_end, waiting=True)
+                out.append(replace(socket_turn(Outcome.RESET, **gone, detail=said), t_start=start))  # type: ignore[arg-type]
+                continue
+        if ended:
+            said = "not sent: the socket was cut"
+            out.append(replace(socket_turn(Outcome.RESET, **gone, detail=said), t_start=start))  # type: ignore[arg-type]
+            continue
+        out.append(replace(ok(route, turn=turn, session=session, rep=rep, ttft=0.1, gap=0.09), t_start=start,
+                           transport="websocket"))  # fmt: skip
+    return out
+
+
+THINKS = {"s1": [3.0, 2.0, 4.0], "s2": [1.5, 5.0, 2.0]}  # lives on direct: 13 s and 12.5 s
+
+
+def socket_run(reps: int = 2, **cut) -> tuple[list[Judged], dict[str, list[Judged]]]:  # type: ignore[no-untyped-def]
+    """The failing turns of route via:lb (each with its direct twin), and the context of both routes."""
+    context: dict[str, list[Judged]] = {"direct": [], "via:lb": []}
+    failing: list[Judged] = []
+    for rep in range(1, reps + 1):
+        for session, thinks in THINKS.items():
+            direct = {o.turn: o for o in socket_replay("direct", rep, session, thinks)}
+            context["direct"] += [judged(o) for o in direct.values()]
+            for o in socket_replay("via:lb", rep, session, thinks, **cut):
+                j = judged(o, direct[o.turn])
+                context["via:lb"].append(j)
+                if o.outcome is Outcome.RESET and not o.detail.startswith("not sent"):
+                    failing.append(j)
+    return failing, context
+
+
+def test_sockets_ended_at_one_time_after_they_opened_idle_or_not_are_a_cap_on_their_life() -> None:
+    failing, context = socket_run(life=6.0)
+    assert len(failing) == 4 and {j.obs.turn for j in failing} == {3}
+    a = one("lb", failing, context)
+    assert a.kind == "ws_idle_cut"
+    assert "while it sat idle between turns after 1.0-2.5 s of silence" in a.seen, a.seen
+    assert a.likely.startswith("a cap on a WebSocket's life of about 6.0 s from its opening, not an idle timeout"), a.likely
+    assert "stayed open 12.5-13.0 s on the direct route" in a.likely and "GCP load balancer" in a.likely
+    assert "raise the cap above the longest session (13.0 s on the direct route here)" in a.fix
+
+
+def test_sockets_ended_after_equal_silences_are_an_idle_timeout_not_a_cap() -> None:
+    failing, context = socket_run(idle_cut=1.2)  # s1 cut before turn 2 (3 s think), s2 before turn 3
+    a = one("lb", failing, context)
+    assert "after 1.2 s of silence" in a.seen and "nginx proxy_read_timeout" in a.likely, a.likely
+    assert "cap" not in a.likely
+
+
+def test_no_cap_from_one_replay_nor_when_a_socket_of_the_route_lived_longer() -> None:
+    failing, context = socket_run(reps=1, life=6.0)  # both cut at one moment of one replay: a restart fits
+    assert "cap" not in one("lb", failing, context).likely
+    failing, context = socket_run(life=6.0)
+    # A third socket on the route ran its whole session, 13 s: a cap at 6 s would have ended it.
+    lived = [judged(o, o) for rep in (1, 2) for o in socket_replay("via:lb", rep, "s3", THINKS["s1"])]
+    context["via:lb"] += lived
+    assert "cap" not in one("lb", failing, context).likely
