@@ -12,6 +12,7 @@ import pytest
 from cli_runner import run_proxycheck
 
 from proxycheck.io.harness import HARNESSES, find_harness
+from proxycheck.io.storage import load
 from proxycheck.io.procs import port_accepts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,3 +95,30 @@ def test_demo_with_a_real_harness_finds_the_faulty_hop_then_replays_clean(harnes
     chain = (out / "chain.toml").read_text()
     ports = [int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", chain)]
     assert len(ports) == 3 and not any(port_accepts("127.0.0.1", p) for p in ports)
+
+
+@pytest.mark.timeout(180)
+def test_demo_with_codex_over_a_websocket_finds_the_hop_that_cuts_its_socket(tmp_path: Path) -> None:
+    if _installed("codex") is None:
+        pytest.skip(f"{HARNESSES['codex'].package} is not installed (`make test` installs it into .harness/ with npm)")
+    out = tmp_path / "demo"
+    done = run_proxycheck("demo", "--harness", "codex", "--websocket", "--out", str(out), timeout=150)
+    shown = done.stdout + done.stderr
+    assert done.returncode == 0, shown[-4000:]
+    assert "Traceback" not in shown and "over a WebSocket" in shown and "cuts WebSockets mid-answer" in shown
+    # Codex talked over a socket (the recording's first exchange is one), and the socket's turn 2 was cut...
+    exchanges = load(out / "recording").exchanges
+    assert exchanges and exchanges[0].websocket and exchanges[0].status == 101, exchanges[:1]
+    found = json.loads((out / "check-run" / "verdict.json").read_text())
+    assert found["verdict"] == "proxy" and found["culprit"] == "gateway", found["summary"]
+    assert found["first_turn"] == FIRST_FAILING_TURN
+    # ...and with the gateway fixed the regression replay is clean.
+    fixed = json.loads((out / "fixed-run" / "verdict.json").read_text())
+    assert fixed["verdict"] == "not-reproduced"
+    assert all(r["failures"] == 0 and r["state"] == "clean" for r in fixed["routes"]), fixed["routes"]
+
+
+def test_demo_websocket_needs_codex(tmp_path: Path) -> None:
+    done = run_proxycheck("demo", "--websocket", "--out", str(tmp_path / "demo"), timeout=50)
+    assert done.returncode == 2 and done.stderr == (
+        "proxycheck: demo --websocket: needs --harness codex (the harness that speaks the WebSocket mode)\n")

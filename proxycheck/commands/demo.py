@@ -17,6 +17,12 @@ there too, so the demo needs only the installed package. Exit 0 when the story w
 synthetic agent (`proxycheck.io.harness` finds it and builds its command line): it reads the
 README.md of a small project folder in `--out` through the chain, its home is in `--out` too, and the
 gateway stalls its turn 2 on. A harness that is not installed is bad input (exit 2).
+
+`--harness codex --websocket` tells it with Codex on the Responses API's WebSocket mode (one socket
+for the session, a `response.create` message per turn): the gateway cuts the socket mid-answer
+(after STALL_AFTER_EVENTS events) from the socket's turn 2 on (its turn 1 is Codex's warm-up), a
+fault of the hop's socket part (`ws_cut_after_events`), and `check` names it at that turn as
+over HTTP. `--websocket` without `--harness codex` is bad input (exit 2).
 """
 
 from __future__ import annotations
@@ -92,11 +98,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--harness", choices=sorted(HARNESSES), default=None,
                    help="the client: a real harness, installed in the project's .harness/ or on PATH "
                         "(default: the synthetic agent, proxycheck agent)")  # fmt: skip
+    p.add_argument("--websocket", action="store_true",
+                   help="with --harness codex: Codex on the Responses API's WebSocket mode; the gateway cuts its "
+                        "socket mid-answer instead of stalling a stream")  # fmt: skip
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     harness: tuple[HarnessKind, str] | None = None
+    if args.websocket and args.harness != "codex":
+        raise BadInput("demo --websocket", "needs --harness codex (the harness that speaks the WebSocket mode)")
     if args.harness is not None:
         kind = HARNESSES[args.harness]
         command = find_harness(kind)
@@ -109,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     started: list[Managed] = []
     t0 = time.monotonic()
     try:
-        ok = _story(out, started, harness)
+        ok = _story(out, started, harness, websocket=args.websocket)
     finally:
         for proc in reversed(started):
             proc.stop()
@@ -130,7 +141,8 @@ def _fresh(out: Path) -> None:
         write_file(out / name, text)
 
 
-def _story(out: Path, started: list[Managed], harness: tuple[HarnessKind, str] | None) -> bool:
+def _story(out: Path, started: list[Managed], harness: tuple[HarnessKind, str] | None, *,
+           websocket: bool = False) -> bool:  # fmt: skip
     client = harness[0].title if harness else "the agent"
     _say(f"1/4 starting the reference engine and two mitmproxy hops: {client} -> edge (records) -> gateway -> engine")
     if harness is None:
@@ -141,8 +153,8 @@ def _story(out: Path, started: list[Managed], harness: tuple[HarnessKind, str] |
     else:
         engine = start_engine(*HARNESS_ENGINE_ARGS)
         started.append(engine)
-        gate, fault_text = _harness_gate(harness[0])
-    faults = ("--set", f"proxycheck_fault_stall_after={STALL_AFTER_EVENTS}", *gate)
+        gate, fault_text = _harness_gate(harness[0], websocket)
+    faults = (*(() if websocket else ("--set", f"proxycheck_fault_stall_after={STALL_AFTER_EVENTS}")), *gate)
     gateway_args = ("--mode", f"reverse:{engine.url}", "-s", str(out / "faults_addon.py"))
     gateway = start_mitmdump(*gateway_args, *faults)
     started.append(gateway)
@@ -151,7 +163,7 @@ def _story(out: Path, started: list[Managed], harness: tuple[HarnessKind, str] |
                           "--set", f"proxycheck_out={recording}")  # fmt: skip
     started.append(edge)
     _say(f"    engine {engine.url}, gateway {gateway.url} ({fault_text}), edge {edge.url}")
-    wedged = _run_agent(edge.url) if harness is None else _run_harness(out, edge.url, *harness)
+    wedged = _run_agent(edge.url) if harness is None else _run_harness(out, edge.url, *harness, websocket=websocket)
     if not wedged:
         return False
 
@@ -199,15 +211,20 @@ def _run_agent(edge_url: str) -> bool:
     return True
 
 
-def _harness_gate(kind: HarnessKind) -> tuple[tuple[str, ...], str]:
-    """The gateway's options that stall the harness's turn 2 on, and how to say it."""
+def _harness_gate(kind: HarnessKind, websocket: bool = False) -> tuple[tuple[str, ...], str]:
+    """The gateway's options that stall the harness's turn 2 on (on a socket: cut it mid-answer
+    from its turn 2 on), and how to say it."""
+    if websocket:
+        return (("--set", f"proxycheck_fault_from_turn={HARNESS_STALL_FROM_TURN}",
+                 "--set", f"proxycheck_fault_ws_cut_after_events={STALL_AFTER_EVENTS}"),
+                f"cuts WebSockets mid-answer from turn {HARNESS_STALL_FROM_TURN} of a socket on")  # fmt: skip
     held = ("--set", f"proxycheck_fault_stall_seconds={GATEWAY_STALL_SECONDS}")
     return (("--set", f"proxycheck_fault_from_turn={HARNESS_STALL_FROM_TURN}", *held),
             f"stalls streams from turn {HARNESS_STALL_FROM_TURN} of a conversation on")  # fmt: skip
 
 
 def _drive(out: Path, base_url: str, kind: HarnessKind, command: str, recording: Path,
-           log: Path) -> tuple[HarnessResult, list[SessionSummary]]:  # fmt: skip
+           log: Path, websocket: bool = False) -> tuple[HarnessResult, list[SessionSummary]]:  # fmt: skip
     """Run the harness on PROMPT in `out`/project (a fresh home each time: runs alike send requests of
     one size) with its requests to `base_url`, recorded into `recording`; how it ended, and the
     recording's sessions of its conversation (each shown)."""
@@ -216,7 +233,7 @@ def _drive(out: Path, base_url: str, kind: HarnessKind, command: str, recording:
     write_file(work / "README.md", PROJECT_README)
     if home.exists():
         shutil.rmtree(home)
-    argv, env = harness_command(kind, command, base_url=base_url, work=work, home=home)
+    argv, env = harness_command(kind, command, base_url=base_url, work=work, home=home, websocket=websocket)
     done = run_harness(argv, cwd=work, env=env, timeout=HARNESS_TIMEOUT, log=log)
     ended = f"exited with status {done.status}" if done.status is not None else f"was stopped after {HARNESS_TIMEOUT:.0f} s"
     _say(f"    {kind.title} {ended} in {done.seconds:.0f} s (its output: {done.log})")
@@ -235,12 +252,13 @@ def _drive(out: Path, base_url: str, kind: HarnessKind, command: str, recording:
     return done, conversation
 
 
-def _run_harness(out: Path, edge_url: str, kind: HarnessKind, command: str) -> bool:
+def _run_harness(out: Path, edge_url: str, kind: HarnessKind, command: str, *, websocket: bool = False) -> bool:
     """Step 2 with a real harness: it reads the README.md of `out`/project through edge; whether
     its conversation wedged (a turn of it did not end ok)."""
-    _say(f'2/4 {kind.title} runs "{PROMPT}" in {out / "project"} through edge, not retrying, '
+    over = " over a WebSocket" if websocket else ""
+    _say(f'2/4 {kind.title} runs "{PROMPT}" in {out / "project"} through edge{over}, not retrying, '
          f"at most {HARNESS_TIMEOUT:.0f} s")  # fmt: skip
-    done, conversation = _drive(out, edge_url, kind, command, out / "recording", out / "harness.log")
+    done, conversation = _drive(out, edge_url, kind, command, out / "recording", out / "harness.log", websocket)
     if not conversation:
         _say("    the demo cannot go on")
         return False

@@ -43,6 +43,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="close idle keep-alive connections after S seconds (vLLM's default is 5)")
     p.add_argument("--tool-call-rate", type=probability, default=0.5, metavar="P",
                    help="probability that a turn offering tools answers with a tool call")
+    p.add_argument("--tool-command", default=None, metavar="CMD",
+                   help="a tool call goes to a shell tool whenever one is offered, with this command (default: "
+                   "the safest tool offered, a shell given `ls`); e.g. \"sleep 3; ls\" makes a harness think for "
+                   "3 s while its connection sits idle")
     p.add_argument("--jitter", type=probability, default=0.0, metavar="F",
                    help="scale each answer's TTFT and token interval by a random factor in 1 +- F (default 0)")
     p.add_argument("--sampling", action="store_true",
@@ -93,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("--replay-speed", "only applies with --replay DIR")
     if args.sampling and args.replay is not None:
         raise BadInput("--sampling", "does not apply with --replay DIR (recorded answers are replayed as they are)")
+    if args.tool_command is not None and not args.tool_command.strip():
+        raise BadInput("--tool-command", "is empty: give the command a shell tool call should run")
     # Loaded before the server starts, so a bad recording is one line and exit 2, not a 500 later.
     replay = load_replay(args.replay) if args.replay is not None else None
     if replay is not None:
@@ -110,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         jitter=args.jitter,
         sampling=args.sampling,
         max_answer_tokens=args.max_answer_tokens or None,
+        tool_command=args.tool_command,
     )
     try:
         asyncio.run(serve(config, host, port, ready=announce))

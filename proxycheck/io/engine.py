@@ -112,6 +112,8 @@ class EngineConfig:
     sampling: bool = False  # a request that samples (`synth.samples`) is answered anew each time
     # The longest text answer (None: exactly max_tokens, always); `ignore_eos` requests are never capped.
     max_answer_tokens: int | None = synth.DEFAULT_MAX_ANSWER_TOKENS
+    # The command of a shell tool call (None: the safest tool offered, a shell given `ls`).
+    tool_command: str | None = None
 
 
 _JITTER = random.Random()  # not seeded: timing jitter differs from run to run, on purpose
@@ -303,7 +305,8 @@ class Engine:
         if cached is None:
             cfg = self.config
             plan = synth.plan(dialect, req, body, cfg.timing, tool_call_rate=cfg.tool_call_rate, seed=cfg.seed,
-                              parts=parts, draw=draw, max_answer_tokens=cfg.max_answer_tokens)
+                              parts=parts, draw=draw, max_answer_tokens=cfg.max_answer_tokens,
+                              tool_command=cfg.tool_command)
             meta = wire.Meta(model, int(time.time()), include_usage, request=req, prompt_cache=cache_use)
             cached = (plan, wire.encode(dialect, plan, meta))
             if draw is not None:

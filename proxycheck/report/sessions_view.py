@@ -157,9 +157,11 @@ def turns_table(session: SessionSummary) -> Table:
 
 
 def key_lines(sessions: Iterable[SessionSummary]) -> list[Text]:
-    """One line per keyed session: which label is which session key (`s1 = session 5c3e…`)."""
-    lines = (s.name.key_line() for s in sessions)
-    return [Text(line, style="dim") for line in lines if line]
+    """One line per keyed session: which label is which session key (`s1 = session 5c3e…`); one
+    per session that changed transport (`s1 changed transport: its WebSocket upgrade ...`)."""
+    lines = [Text(line, style="dim") for line in (s.name.key_line() for s in sessions) if line]
+    return lines + [Text(f"{s.label or s.id} changed transport: {s.transport_change}")
+                    for s in sessions if s.transport_change]  # fmt: skip
 
 
 def sessions_view(directory: str, sessions: Sequence[SessionSummary], turns: bool = False) -> RenderableType:

@@ -33,7 +33,10 @@ What Codex 0.171 did, run after run:
   retries on (Codex's defaults), the turn's connection is tried 5 more times first ("Reconnecting...
   2/5" to "5/5", backoff about 0.2, 0.4, 0.75, 1.5, 3.3 s): the fallback comes some 6.5 s later.
   The recording shows what happened: the refused upgrades, as the HTTP exchanges they were (their
-  status kept, `http_error` in `sessions`), then the HTTP turns.
+  status kept), then the HTTP turns. Every request carries Codex's `session-id` header (the same
+  value on the upgrades and the POSTs; each on a connection of its own): `sessions` shows one
+  session that changed transport, the refused upgrades (`http_error`) earlier attempts of its
+  first turn, and `check` still replays each refused upgrade as its handshake and names nginx.
 * **nginx answering the upgrade `426 Upgrade Required` itself** (`if ($http_upgrade = websocket)
   { return 426; }`): one GET (the warm-up's), then HTTP at once, retries on or off, and nothing
   said: the 426 tells Codex to use HTTP.
@@ -49,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harnesses import DUMMY_KEY, REPO, HarnessRun, check_verdict, model_sessions, run_harness, sessions_of
+from harnesses import DUMMY_KEY, REPO, HarnessRun, check_verdict, run_harness, sessions_of
 from processes import RecordProcess, write_chain
 from test_codex import ENGINE_ARGS, codex_argv, codex_env, events
 
@@ -236,13 +239,22 @@ def fell_back(run: HarnessRun, status: int, tries: int) -> None:
         assert x.status == status and not x.websocket and not x.ws, x
     assert all(x.path == RESPONSES and x.status == 200 for x in posts)
 
-    document = sessions_of(run.recording)
-    upgrades = [s for s in document["sessions"] if all(t["method"] == "GET" for t in s["turns"])]
-    refusals = [turn for session in upgrades for turn in session["turns"]]
-    assert refusals and all(turn["outcome"] == "http_error" and turn["status"] == status for turn in refusals)
-    (conversation,) = [s for s in model_sessions(document, RESPONSES) if s not in upgrades]
-    assert all(t["method"] == "POST" and t["outcome"] == "ok" for t in conversation["turns"]), conversation
-    assert any(t["tool_calls"] for t in conversation["turns"]), conversation
+    # `sessions`: one session that changed transport, the refused upgrades (the same `session-id`
+    # header as the POSTs) earlier attempts of the first turn it then sent over HTTP.
+    (conversation,) = sessions_of(run.recording)["sessions"]
+    shown = conversation["turns"]
+    refusals = [turn for turn in shown if turn["method"] == "GET"]
+    assert [t["exchange"] for t in refusals] == [x.xid for x in refused], shown
+    assert all(t["turn"] == 1 and t["outcome"] == "http_error" and t["status"] == status for t in refusals)
+    first = shown[len(refusals)]
+    assert (first["method"], first["turn"], first["attempt"], first["attempts"]) == ("POST", 1, tries + 1, tries + 1)
+    assert all(t["method"] == "POST" and t["outcome"] == "ok" for t in shown[len(refusals):]), conversation
+    assert any(t["tool_calls"] for t in shown), conversation
+    changed = conversation["changed_transport"]
+    assert changed["from"] == "websocket" and changed["to"] == "http" and changed["refused_upgrades"] == \
+        [x.xid for x in refused], changed
+    assert f"({', '.join([str(status)] * tries)})" in changed["text"] and "over HTTP" in changed["text"], changed
+    assert conversation["outcomes"] == {"ok": conversation["turn_count"]}  # the conversation ended well
 
 
 # How nginx refuses the upgrade, the status Codex gets, and how many upgrades it tries with its

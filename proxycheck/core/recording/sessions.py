@@ -29,6 +29,14 @@ every other rule), whatever its input holds. The cases around it:
 - a retry of a request naming a response (the same new items after a failure) is another
   attempt of its turn, as `retries` says.
 
+A client whose WebSocket upgrade was refused and that then holds the same conversation over HTTP
+(Codex CLI's fallback) changed transport: its refused upgrades are attempts of the first turn it
+then sent over HTTP, in one session that says so (`Session.changed_transport`). The same client is
+told by what the requests carry, never by time alone (`fell_back`): the same client session id
+(Codex's `session-id` header on the upgrade and on every HTTP request; a request without one is
+never joined), the same user agent and path, the HTTP request sent after the upgrade was refused
+and within `FALLBACK_WINDOW` of it (Codex, retrying, falls back some 6.5 s later).
+
 Retries are attempts of one turn, not new turns (`retries`): a request that re-sends the
 conversation of a failed or unanswered request (the same history, or the same history shortened)
 is attempt k of that request's turn. Think time is the gap between the end of turn k's last
@@ -58,6 +66,11 @@ from proxycheck.core.recording.bodies import prefix_digests
 DEFAULT_SESSION_HEADERS = ("x-session-id", "x-conversation-id")
 DEFAULT_SESSION_FIELDS = ("session_id", "conversation_id", "user", "metadata.user_id")
 LABEL_PATTERN = re.compile(r"s[1-9][0-9]*")
+# Headers in which a client names its own session on every request, the upgrade too (Codex CLI's
+# `session-id`): what tells that a refused upgrade and an HTTP request are the same client's.
+CLIENT_SESSION_HEADERS = ("session-id",)
+# How long after a refused upgrade the same client's HTTP request is still its fallback (seconds).
+FALLBACK_WINDOW = 60.0
 # Claude Code before its JSON `metadata.user_id`: `user_<hash>_account_<uuid>_session_<uuid>`.
 _SESSION_SUFFIX = re.compile(r"^user_.*_session_([0-9A-Za-z-]+)$")
 
@@ -142,6 +155,11 @@ class TurnInput:
     # `previous_response_id` (the response it continues; see the module docstring).
     response_id: str | None = None
     previous_response_id: str | None = None
+    # A WebSocket upgrade answered without a socket (refused); the client's own session id
+    # (`CLIENT_SESSION_HEADERS`) and its user agent: what `fell_back` compares.
+    upgrade_refused: bool = False
+    client_session: str | None = None
+    agent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +177,8 @@ class Session:
     turn_numbers: tuple[int, ...] = ()
     attempt_numbers: tuple[int, ...] = ()
     backoffs: tuple[float | None, ...] = ()
+    # The refused WebSocket upgrades this HTTP conversation followed (`fell_back`): it changed transport.
+    changed_transport: tuple[int, ...] = ()
 
     @property
     def turns(self) -> int:
@@ -285,6 +305,32 @@ def retries(earlier: TurnInput, turn: TurnInput) -> bool:
     return turn.digest is not None and turn.digest == earlier.digest
 
 
+def fell_back(upgrade: TurnInput, turn: TurnInput) -> bool:
+    """Whether `turn` is the same client going on over HTTP after its `upgrade` was refused: the
+    same client session id (none: never), user agent and path, sent after the refusal ended and
+    within FALLBACK_WINDOW of it (see the module docstring)."""
+    if not upgrade.upgrade_refused or turn.upgrade_refused or upgrade.client_session is None:
+        return False
+    if turn.client_session != upgrade.client_session or turn.agent != upgrade.agent:
+        return False
+    if upgrade.route.split(" ", 1)[-1] != turn.route.split(" ", 1)[-1]:
+        return False
+    after = upgrade.t_end if upgrade.t_end is not None else upgrade.t_start
+    return 0.0 <= turn.t_start - after <= FALLBACK_WINDOW
+
+
+def _fallbacks(ordered: Sequence[TurnInput]) -> dict[int, list[TurnInput]]:
+    """The refused upgrades each exchange is the HTTP fallback of (by the exchange's xid): each
+    upgrade joins the first later exchange that `fell_back` to it."""
+    out: dict[int, list[TurnInput]] = {}
+    for i, upgrade in enumerate(ordered):
+        if upgrade.upgrade_refused and upgrade.client_session is not None:
+            target = next((t for t in ordered[i + 1 :] if fell_back(upgrade, t)), None)
+            if target is not None:
+                out.setdefault(target.xid, []).append(upgrade)
+    return out
+
+
 def resends(old: Sequence[str], new: Sequence[str]) -> bool:
     """`new` is the history `old` again, whole or shortened (see `retries`)."""
     if tuple(new) == tuple(old):
@@ -314,6 +360,7 @@ class _Open:
     tip: bytes | None = None  # digest of the last exchange's full history
     tip_prompt: tuple[int, bytes] | None = None  # (length, digest) of the last exchange's prompt
     last_key: str | None = None  # what a retry of the last exchange would share with it
+    upgrades: list[int] = field(default_factory=list)  # refused upgrades joined (`fell_back`)
 
     @property
     def last(self) -> TurnInput:
@@ -330,6 +377,14 @@ class _Open:
         self.turn_no.append(number)
         self.attempt_no.append(attempt)
         self.exchanges.append(turn)
+
+    def place(self, turn: TurnInput, attempt_of: int | None, upgrades: Sequence[TurnInput]) -> None:
+        """`add`, the refused `upgrades` it fell back from first, as earlier attempts of its turn."""
+        for upgrade in upgrades:
+            self.add(upgrade, attempt_of)
+            attempt_of = len(self.exchanges) - 1 if attempt_of is None else attempt_of
+            self.upgrades.append(upgrade.xid)
+        self.add(turn, attempt_of)
 
     def retried(self, turn: TurnInput) -> int | None:
         """The index of the recent exchange `turn` retries: the latest attempt of its turn."""
@@ -357,6 +412,8 @@ def group(turns: Sequence[TurnInput]) -> list[Session]:
     """Group exchanges (in any order) into sessions, ordered by their first turn; retries become
     attempts of the turn they retry (`retries`)."""
     ordered = sorted(turns, key=lambda t: (t.t_start, t.xid))
+    fallbacks = _fallbacks(ordered)
+    joined = {upgrade.xid for upgrades in fallbacks.values() for upgrade in upgrades}
     sessions: list[_Open] = []
     by_key: dict[str, _Open] = {}
     by_tip: dict[bytes, list[_Open]] = {}
@@ -431,13 +488,16 @@ def group(turns: Sequence[TurnInput]) -> list[Session]:
         return max(named, key=lambda s: rank(s, turn)) if named else None
 
     for turn in ordered:
+        if turn.xid in joined:
+            continue  # a refused upgrade: placed with the HTTP request it fell back to
+        upgrades = fallbacks.get(turn.xid, ())
         if turn.explicit_key is not None:
             s = by_key.get(turn.explicit_key)
             if s is None:
                 s = by_key[turn.explicit_key] = new_session(turn.key_source or "key", turn.explicit_key)
-                s.add(turn)
+                s.place(turn, None, upgrades)
             else:
-                s.add(turn, s.retried(turn))
+                s.place(turn, s.retried(turn), upgrades)
             answered(s, turn)
             continue
 
@@ -448,7 +508,7 @@ def group(turns: Sequence[TurnInput]) -> list[Session]:
             # conversation instead); what a retry of this exchange shares with it moves here.
             if named.last_key is not None and named in by_last.get(named.last_key, ()):
                 by_last[named.last_key].remove(named)
-            named.add(turn, named.retried(turn))
+            named.place(turn, named.retried(turn), upgrades)
             named.last_key = _last_key(turn, None)
             if named.last_key is not None:
                 by_last.setdefault(named.last_key, []).append(named)
@@ -466,7 +526,7 @@ def group(turns: Sequence[TurnInput]) -> list[Session]:
         if retried:
             chosen = max(retried, key=lambda s: rank(s, turn))
             unindex(chosen)
-            chosen.add(turn, len(chosen.exchanges) - 1)
+            chosen.place(turn, len(chosen.exchanges) - 1, upgrades)
             index(chosen, turn, digests, prompt_digest)
             answered(chosen, turn)
             continue
@@ -491,7 +551,7 @@ def group(turns: Sequence[TurnInput]) -> list[Session]:
             chosen = new_session(grouped_by)
         else:
             unindex(chosen)
-        chosen.add(turn)
+        chosen.place(turn, None, upgrades)
         index(chosen, turn, digests, prompt_digest)
         answered(chosen, turn)
 
@@ -529,4 +589,4 @@ def _close(s: _Open) -> Session:
         latest[number] = cur
     key = readable_key(s.id) if s.exchanges[0].explicit_key is not None else None
     return Session(s.id, s.grouped_by, tuple(t.xid for t in s.exchanges), tuple(thinks), s.label, key,
-                   tuple(s.turn_no), tuple(s.attempt_no), tuple(backoffs))  # fmt: skip
+                   tuple(s.turn_no), tuple(s.attempt_no), tuple(backoffs), tuple(s.upgrades))  # fmt: skip

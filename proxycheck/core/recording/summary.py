@@ -34,6 +34,7 @@ from proxycheck.core.recording.redact import REDACTED
 from proxycheck.core.recording.sessions import (
     DEFAULT_SESSION_FIELDS,
     DEFAULT_SESSION_HEADERS,
+    CLIENT_SESSION_HEADERS,
     SessionName,
     TurnInput,
     group,
@@ -91,6 +92,19 @@ class SessionSummary:
     turns: tuple[TurnSummary, ...]
     label: str = ""
     key: str | None = None
+    # The refused WebSocket upgrades this conversation went on from over HTTP (their xids, also
+    # among `turns`): it changed transport (`transport_change` says it).
+    changed_transport: tuple[int, ...] = ()
+
+    @property
+    def transport_change(self) -> str | None:
+        """"its WebSocket upgrade was refused (405, 405), then it went on over HTTP", or None."""
+        if not self.changed_transport:
+            return None
+        statuses = [t.status for t in self.turns if t.xid in self.changed_transport]
+        said = ", ".join("no answer" if status is None else str(status) for status in statuses)
+        times = f" {len(statuses)} times" if len(statuses) > 1 else ""
+        return f"its WebSocket upgrade was refused{times} ({said}), then it went on over HTTP"
 
     @property
     def outcomes(self) -> Counter[str]:
@@ -353,6 +367,9 @@ class SessionSummarizer:
             digest=ex.body.sha256,
             response_id=_response_id(analysis),
             previous_response_id=_text_field(ex, "previous_response_id"),
+            upgrade_refused=websocket.is_upgrade(ex.request_headers) and not ex.websocket,
+            client_session=_header_text(ex, *CLIENT_SESSION_HEADERS),
+            agent=_header_text(ex, "user-agent"),
         )
 
     def session_count(self) -> int:
@@ -372,8 +389,13 @@ class SessionSummarizer:
             common = Counter(t.dialect for t in turns if t.dialect).most_common(1)
             dialect = common[0][0] if common else None
             out.append(SessionSummary(session.id, session.grouped_by, dialect, tuple(turns), session.label,
-                                      session.key))  # fmt: skip
+                                      session.key, session.changed_transport))  # fmt: skip
         return out
+
+
+def _header_text(ex: RecordedExchange, *names: str) -> str | None:
+    """The first of these request headers the exchange carries as text (a redacted one is not)."""
+    return next((v for v in map(ex.request_header, names) if isinstance(v, str)), None)
 
 
 def summarize_sessions(
@@ -477,6 +499,10 @@ def to_json(directory: str, sessions: Sequence[SessionSummary], warnings: Sequen
                 "outcomes": dict(s.outcomes),
                 "turn_count": s.turn_count,
                 "retries": s.retries,
+                "changed_transport": None if not s.changed_transport else {
+                    "from": "websocket", "to": "http", "refused_upgrades": list(s.changed_transport),
+                    "text": s.transport_change,
+                },
             }
             for s in sessions
         ],

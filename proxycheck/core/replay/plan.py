@@ -263,14 +263,23 @@ def plan_sessions(
     for summary in sessions:
         turns: list[PlannedTurn] = []
         prev: tuple[PlannedTurn, RecordedExchange] | None = None
+        kept = []
         for ts in summary.turns:
             ex = by_xid.get(ts.xid)
             if ex is None:
                 raise ValueError(f"session {summary.id} names exchange {ts.xid}, which is not in the recording")
-            if ts.dialect is None and not include_non_llm:
-                continue
+            if ts.dialect is not None or include_non_llm:
+                kept.append((ts, ex))
+        sockets = sum(1 for _, ex in kept if is_websocket_session(ex))
+        # A session of more than one socket (a client that dialled again), or of sockets and HTTP
+        # turns (a refused upgrade, then the conversation over HTTP), replays each socket as a
+        # part of its own (`socket_part`): its turns are numbered on their socket.
+        parts = sockets > 1 or sockets < len(kept)
+        part = 0
+        for ts, ex in kept:
             if is_websocket_session(ex):
-                out.append(plan_socket(summary, ex, origin, ts.analysis))
+                part += 1
+                out.append(plan_socket(summary, ex, origin, ts.analysis, part=part if parts else 0))
                 continue  # never sent as an HTTP request: a WebSocket session goes over its own transport
             planned = _plan_turn(summary.id, ts, ex, resolve, prev, origin)
             turns.append(planned)
@@ -288,15 +297,23 @@ def is_websocket_session(ex: RecordedExchange) -> bool:
     return ex.websocket or is_upgrade(ex.request_headers)
 
 
+def socket_part(name: str, part: int) -> str:
+    """The name (id or label) of the `part`-th socket of a session holding more than one part
+    ("s1.ws2"); 0: the session is that one socket (its name)."""
+    return f"{name}.ws{part}" if part else name
+
+
 def plan_socket(summary: SessionSummary, ex: RecordedExchange, origin: float,
-                analysis: ExchangeAnalysis | None = None) -> PlannedSession:  # fmt: skip
+                analysis: ExchangeAnalysis | None = None, *, part: int = 0) -> PlannedSession:  # fmt: skip
     """A recorded WebSocket session as a replay sends it: one socket, its handshake the recorded
     one (`url`, the headers kept as for any request), a turn per `response.create` message, sent
     exactly as recorded but for `previous_response_id`, which the replayer maps to the ids its
     engine gives (`proxycheck.core.replay.socket`); each after the recorded think time since the
     turn before ended. What the recording saw of each turn is the summary's judgement of it
-    (`analysis`, `ExchangeAnalysis.socket`; made here only for a summary made elsewhere)."""
+    (`analysis`, `ExchangeAnalysis.socket`; made here only for a summary made elsewhere). `part`:
+    the socket's number in a session of several parts (`socket_part`), 0 when it is the session."""
     analysis = analysis if analysis is not None else analyze(ex)
+    sid = socket_part(summary.id, part)
     state = analysis.classified
     headers = replay_headers(ex.request_headers)
     client = ex.conn.client_id if ex.conn else None
@@ -307,7 +324,7 @@ def plan_socket(summary: SessionSummary, ex: RecordedExchange, origin: float,
     def planned(number: int, body: bytes, recorded: RecordedOutcome, at: float, think: float | None,
                 **kind: bool) -> PlannedTurn:  # fmt: skip
         return PlannedTurn(
-            session=summary.id, turn=number, xid=ex.xid, method="WS", url=ex.url, dialect=WS_DIALECT, streamed=True,
+            session=sid, turn=number, xid=ex.xid, method="WS", url=ex.url, dialect=WS_DIALECT, streamed=True,
             http_version=ex.http_version, headers=headers, body=body, think_time=think, new_connection=number == 1,
             client_id=client, recorded=recorded, redacted=ex.redacted, recorded_at=round(at - origin, 6), **kind,
         )  # fmt: skip
@@ -347,8 +364,8 @@ def plan_socket(summary: SessionSummary, ex: RecordedExchange, origin: float,
         recorded = RecordedOutcome(outcome=state.outcome, detail=state.detail, duration=0.0)
         turns.append(planned(turns[-1].turn + 1, b"", recorded, prev_end, think_time(prev_end, close.t),
                              socket_end=True))  # fmt: skip
-    return PlannedSession(summary.id, summary.grouped_by, WS_DIALECT, round(ex.t_request - origin, 6), tuple(turns),
-                          summary.label or summary.id, summary.key, transport="websocket")  # fmt: skip
+    return PlannedSession(sid, summary.grouped_by, WS_DIALECT, round(ex.t_request - origin, 6), tuple(turns),
+                          socket_part(summary.label or summary.id, part), summary.key, transport="websocket")  # fmt: skip
 
 
 def _plan_turn(

@@ -322,13 +322,15 @@ def plan(
     parts: Parts | None = None,
     draw: int | None = None,
     max_answer_tokens: int | None = None,
+    tool_command: str | None = None,
 ) -> Plan:
     """The deterministic answer to a request: parsed `req`, its `parts` (`parts_of(req)` when not
     given) for the seed and the prompt tokens, the raw `body` for the time to the first token.
     `draw`: a sampling engine's random draw for this request (see `samples`), mixed into the
     seed; a text answer may then also stop on its own before `max_tokens`. `max_answer_tokens`:
     the longest text answer (None: no cap); a request for more, without `ignore_eos`, is answered
-    with that many tokens, finishing as an answer that ended on its own.
+    with that many tokens, finishing as an answer that ended on its own. `tool_command`: a shell is
+    called when offered, with this command (`toolargs`; None: the safest tool, `ls`).
     RecursionError for a body nested deeper than the interpreter allows."""
     parts = parts if parts is not None else parts_of(req)
     s = parts.seed ^ seed ^ (draw or 0)
@@ -347,8 +349,8 @@ def plan(
     )
     if wants_tool:
         # A tool a harness can run here without harm, with arguments valid against its schema.
-        name, schema = toolargs.choose_tool(tools, rnd)
-        arguments = json.dumps(toolargs.arguments_for(name, schema, rnd))
+        name, schema = toolargs.choose_tool(tools, rnd, runs=tool_command is not None)
+        arguments = json.dumps(toolargs.arguments_for(name, schema, rnd, command=tool_command))
         # Split the arguments the way engines stream them: a few characters a token, mid-word.
         fragments = tuple(arguments[i : i + 5] for i in range(0, len(arguments), 5))
         call = PlannedCall(f"call_{s & 0xFFFFFFFFFFFF:012x}", name, fragments)

@@ -19,6 +19,11 @@ a harness can run the call in a test directory without harm: a file path is `REA
 directory `.`, a glob `*`, a search pattern `README`, a command `ls` (`["ls"]` as an array), a
 risky-sounding flag (force, recursive, dangerous ...) false.
 
+A command (the engine's `--tool-command CMD`, None by default) changes both: a shell is called
+whenever one is offered (a tool of the RUNS tier, before the read-only ones), and its command is
+CMD (`["sh", "-c", CMD]` as an array), so a harness runs something that takes the time CMD takes
+(`sleep 3; ls`: it sits idle on its connection for three seconds, as one running a build does).
+
 Everything is drawn from the caller's `random.Random`, walking properties in sorted order (the
 order of members is not content: a gateway that re-serializes the schema must not change the
 answer), so the same request gets the same call.
@@ -88,22 +93,26 @@ def tier_of(name: str) -> int:
     return UNKNOWN
 
 
-def choose_tool(tools: Sequence[tuple[str, Mapping[str, Any]]], rnd: random.Random) -> tuple[str, Mapping[str, Any]]:
+def choose_tool(tools: Sequence[tuple[str, Mapping[str, Any]]], rnd: random.Random, *,
+                runs: bool = False) -> tuple[str, Mapping[str, Any]]:  # fmt: skip
     """One of the offered (name, schema) tools: a draw among those of the safest tier offered,
-    in the order offered."""
-    safest = min(tier_of(name) for name, _ in tools)
-    candidates = [tool for tool in tools if tier_of(tool[0]) == safest]
+    in the order offered; `runs`: among the shells when one is offered (a command was given)."""
+    tiers = {tier_of(name) for name, _ in tools}
+    wanted = RUNS if runs and RUNS in tiers else min(tiers)
+    candidates = [tool for tool in tools if tier_of(tool[0]) == wanted]
     return candidates[rnd.randrange(len(candidates))]
 
 
-def arguments_for(tool: str, schema: Mapping[str, Any], rnd: random.Random) -> dict[str, Any]:
-    """Arguments for a call of `tool`, valid against its `schema` (see the module docstring)."""
+def arguments_for(tool: str, schema: Mapping[str, Any], rnd: random.Random, *,
+                  command: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Arguments for a call of `tool`, valid against its `schema` (see the module docstring);
+    `command`: what a command argument holds (None: `ls`)."""
     if not isinstance(schema, Mapping):
         schema = {}
     if not schema.get("properties") and not schema.get("required") and not _closed(schema) and not _combined(schema):
         # A schema that says nothing about its members: one plausible argument.
         return {"query": rnd.choice(_WORDS)}
-    value = _Generator(schema, rnd, frozenset(words_of(tool))).value(schema, "", 0)
+    value = _Generator(schema, rnd, frozenset(words_of(tool)), command).value(schema, "", 0)
     return value if isinstance(value, dict) else {}
 
 
@@ -118,10 +127,12 @@ def _combined(schema: Mapping[str, Any]) -> bool:
 class _Generator:
     """One tool's argument generation: the root schema ($ref targets), the draws, the tool's words."""
 
-    def __init__(self, root: Mapping[str, Any], rnd: random.Random, tool_words: frozenset[str]) -> None:
+    def __init__(self, root: Mapping[str, Any], rnd: random.Random, tool_words: frozenset[str],
+                 command: str | None = None) -> None:  # fmt: skip
         self.root = root
         self.rnd = rnd
         self.tool_words = tool_words
+        self.command = command
 
     def value(self, schema: Any, name: str, depth: int) -> Any:
         """A value valid against `schema` for a property called `name`."""
@@ -250,7 +261,10 @@ class _Generator:
         words = set(words_of(name))
         item_schema = items if isinstance(items, Mapping) else {}
         if words & _COMMAND_WORDS and not prefix and self._type(self._resolved(item_schema, depth)) == "string":
-            # A command as argv: a harmless one, padded with harmless arguments if more are required.
+            # A command as argv: a harmless one, padded with harmless arguments if more are required;
+            # a given command through the shell.
+            if self.command is not None:
+                return ["sh", "-c", self.command]
             return (["ls", "."] + ["-a"] * count)[: max(count, 1)]
         out: list[Any] = []
         seen: set[str] = set()
@@ -316,7 +330,7 @@ class _Generator:
         if isinstance(fmt, str) and fmt in formats:
             return formats[fmt]
         if words & _COMMAND_WORDS:
-            return "ls"
+            return "ls" if self.command is None else self.command
         if words & {"url", "uri", "link", "href"}:
             return "https://example.com/"
         if words & _DIR_WORDS:

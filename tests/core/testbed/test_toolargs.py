@@ -254,3 +254,42 @@ def test_the_same_request_gets_the_same_call_whatever_the_member_order() -> None
     again = synth.plan("anthropic_messages", flipped, json.dumps(flipped).encode(), TIMING, tool_call_rate=1.0)
     assert first.tool_calls and first.tool_calls == again.tool_calls
     assert first == synth.plan("anthropic_messages", req, json.dumps(req).encode(), TIMING, tool_call_rate=1.0)
+
+
+# Codex 0.171's unified shell (`exec_command`, the command one string) beside tools whose names say
+# they read (`get_goal`): without a command the engine calls the reader.
+CODEX_EXEC = {
+    "exec_command": {"type": "object", "properties": {
+        "cmd": {"type": "string", "description": "Shell command to execute."},
+        "justification": {"type": "string"}, "login": {"type": "boolean"}, "yield_time_ms": {"type": "number"}},
+        "required": ["cmd"], "additionalProperties": False},
+    "get_goal": {"type": "object", "properties": {}, "required": [], "additionalProperties": False},
+    "view_image": CODEX["view_image"],
+}
+
+
+def test_a_tool_command_sends_every_call_to_a_shell_with_that_command() -> None:
+    codex = offered(list(CODEX_EXEC), CODEX_EXEC)
+    assert {toolargs.choose_tool(codex, random.Random(s))[0] for s in range(50)} == {"get_goal"}  # by default
+    assert {toolargs.choose_tool(codex, random.Random(s), runs=True)[0] for s in range(50)} == {"exec_command"}
+    sleepy = "sleep 3; ls"
+    for seed in range(50):
+        args = toolargs.arguments_for("exec_command", CODEX_EXEC["exec_command"], random.Random(seed), command=sleepy)
+        assert args["cmd"] == sleepy and not list(validator(CODEX_EXEC["exec_command"]).iter_errors(args)), args
+        argv = toolargs.arguments_for("shell", CODEX["shell"], random.Random(seed), command=sleepy)
+        assert argv["command"] == ["sh", "-c", sleepy], argv  # an argv runs it through the shell
+    # No shell offered: the command changes nothing, the safest tool is still called, as it was.
+    claude = offered(["Read", "Glob", "Edit"], CLAUDE_CODE)
+    assert {toolargs.choose_tool(claude, random.Random(s), runs=True)[0] for s in range(50)} == {"Read", "Glob"}
+    assert toolargs.arguments_for("Read", CLAUDE_CODE["Read"], random.Random(3), command=sleepy) == \
+        toolargs.arguments_for("Read", CLAUDE_CODE["Read"], random.Random(3))
+
+
+def test_the_engine_given_a_tool_command_calls_the_shell_on_the_wire() -> None:
+    req = anthropic_request(CLAUDE_CODE)
+    body = json.dumps(req).encode()
+    plain = synth.plan("anthropic_messages", req, body, TIMING, tool_call_rate=1.0)
+    assert plain.tool_calls[0].name != "Bash"  # harmless by default: a reader
+    planned = synth.plan("anthropic_messages", req, body, TIMING, tool_call_rate=1.0, tool_command="sleep 3; ls")
+    (call,) = planned.tool_calls
+    assert call.name == "Bash" and json.loads("".join(call.fragments))["command"] == "sleep 3; ls"
