@@ -8,8 +8,8 @@ changed), those exchanges analysed and grouped into sessions (`SessionSummarizer
 `proxycheck.io.recordings.LiveSessions` does: only what changed is analysed) and turned into
 `Seen` values (`proxycheck.core.points.recorded`, as `proxycheck.io.points.point_of_recording`
 does for a whole recording; each request body is joined and keyed once; a WebSocket session is
-one per turn, a turn in flight as its messages pass), and the point as it stands now is a `PointLog` whose
-last stretch is open while the recorder records.
+one per turn, a turn in flight as its messages pass), and the point as it stands now is a
+`PointLog` whose last stretch is open while the recorder records.
 
 A directory that does not exist yet, or has no recording.json yet, is waited for (its recorder
 has not started); what can never become a recording is refused by `check_watchable` before the

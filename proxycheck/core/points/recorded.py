@@ -113,8 +113,17 @@ def _how(x: RecordedExchange) -> str:
     return f"{said}: {x.error}" if x.error and not close.clean else said
 
 
+def _as_recorded(x: RecordedExchange, state: Classified) -> Classified:
+    """A failure the recording may not hold to the end (the writer stopped while the socket was
+    open, a damaged line of its journal) is `not_recorded`, as for any exchange: not a wedge."""
+    why = x.lost_line if x.lost_line is not None else (x.not_recorded if not x.finished else None)
+    if why is None or not state.outcome.is_failure:
+        return state
+    return Classified(Outcome.NOT_RECORDED, f"{why}; as recorded: {state.outcome.value}, {state.detail}")
+
+
 def _turn(x: RecordedExchange, label: str, one: SocketTurn) -> Seen:
-    turn, answer, classified = one.turn, one.analysis, one.classified
+    turn, answer, classified = one.turn, one.analysis, _as_recorded(x, one.classified)
     open_end = turn.terminal is None
     ended_by_socket = open_end and one.ended_at is not None
     seen = seen_of(
@@ -140,7 +149,7 @@ def _end(x: RecordedExchange, label: str, number: int, after_key: RequestKey,
     client = _client_ended(x)
     idle = f"{_how(x)}, {max(t - since, 0.0):.1f} s after " + (f"turn {number - 1} ended" if number > 1 else "the upgrade")
     state = Classified(Outcome.OK, f"the client ended the socket: {idle}") if client else \
-        Classified(Outcome.RESET, f"between turns the socket was {idle}")  # fmt: skip
+        _as_recorded(x, Classified(Outcome.RESET, f"between turns the socket was {idle}"))  # fmt: skip
     key = RequestKey("websocket-end:" + after_key.view, None, "websocket-end:" + after_key.raw)
     seen = seen_of(
         xid=x.xid, label=label, turn=number, method=x.method, path=x.path, body=b"", t_request=since,

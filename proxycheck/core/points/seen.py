@@ -155,7 +155,8 @@ class Seen:
         """What the JSON documents add for a part of a WebSocket session: which part, its number."""
         if self.kind == EXCHANGE:
             return {}
-        return {"websocket": {SOCKET_TURN: "turn", SOCKET_END: "end", UPGRADE: "upgrade"}[self.kind], "socket_turn": self.part}
+        part = {SOCKET_TURN: "turn", SOCKET_END: "end", UPGRADE: "upgrade"}[self.kind]
+        return {"websocket": part, "socket_turn": self.part}
 
     def progress_text(self) -> str:
         """What this point got, in a few words: "812 events, [DONE]", "40 events", "HTTP 502"."""

@@ -10,6 +10,7 @@ is the hop's."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from proxycheck.core.exchange.outcomes import Outcome
@@ -192,3 +193,12 @@ def test_an_idle_socket_cut_outside_and_ended_by_its_client_inside_was_lost_at_i
     outer = two_turns(close=WsClose(5.0, "server", 1001))
     (failed,) = trace(points_of(outer, inner)).failed
     assert failed.locus.kind == INSIDE
+
+
+def test_a_socket_the_recording_may_not_hold_to_the_end_is_no_failure() -> None:
+    messages = [WsMessage(0.1, True, create(1)), *answer(0.2, "r1", terminal=False)]
+    cut = socket(messages, close=WsClose(0.5, None, 1006), error="server disconnected")
+    (turn,) = parts(replace(cut, lost_line="journal.jsonl:7: not JSON"))
+    assert turn.outcome is Outcome.NOT_RECORDED and not turn.known and not turn.failed
+    *_, end = parts(replace(two_turns(close=WsClose(5.0, "server", 1001)), lost_line="journal.jsonl:9: not JSON"))
+    assert end.kind == SOCKET_END and end.outcome is Outcome.NOT_RECORDED
