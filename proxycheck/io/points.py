@@ -3,7 +3,8 @@
 A recording made by a named recorder carries its point in recording.json (`"point": {"name",
 "host"}`); an older one, or an import, is the point named after its directory. Every exchange
 becomes a `Seen` (`proxycheck.core.points.seen`), named by that recording's own sessions and
-keyed by its request body; the stretches in which the recorder was recording come from its
+keyed by its request body (a WebSocket session becomes a `Seen` per turn:
+`proxycheck.core.points.recorded`); the stretches in which the recorder was recording come from its
 journal (it recorded from its start to each `close` record, and again from the first request
 after one). `load_points` refuses, in one line, two recordings of one point, fewer than two
 points, and a chain file that places none of them.
@@ -17,7 +18,8 @@ from typing import Any, Sequence
 
 from proxycheck.core.errors import BadInput
 from proxycheck.core.points.matching import PointLog
-from proxycheck.core.points.seen import HEAD, Seen, seen_of
+from proxycheck.core.points.recorded import is_socket, seen_of_recorded
+from proxycheck.core.points.seen import Seen
 from proxycheck.core.recording.journal import META_FILE, RecordedExchange, point_of
 from proxycheck.core.replay.chain import Chain
 from proxycheck.io.recordings import LoadedRecording, open_recording
@@ -38,6 +40,8 @@ def _last_time(x: RecordedExchange) -> float:
     times = [x.t_request] + [t for t in (x.t_response, x.t_end, x.t_error) if t is not None]
     if x.chunks:
         times.append(x.chunks[-1][0])
+    if x.ws:  # a socket's messages come after its 101
+        times.append(x.ws[-1].t)
     return max(times)
 
 
@@ -81,35 +85,21 @@ def point_of_recording(loaded: LoadedRecording, directory: str, position: int | 
         if x.xid not in names:
             continue
         label, turn, analysis = names[x.xid]
-        try:
-            body = recording.request_body(x)
-        except BadInput:
-            continue  # a body that cannot be rebuilt cannot be matched (the loader warned)
-        response = analysis.response if analysis is not None else None
-        classified = analysis.classified if analysis is not None else None
-        if classified is None:
+        if analysis is None or analysis.classified is None:
             continue
-        seen.append(seen_of(
-            xid=x.xid, label=label, turn=turn, method=x.method, path=x.path, body=body, t_request=x.t_request,
-            t_response=x.t_response, t_end=x.t_end, t_error=x.t_error, status=x.status,
-            streamed=analysis.streamed, analysis=response, outcome=classified.outcome, detail=classified.detail,
-            error=x.error, interrupted=x.interrupted, last_byte=last_byte(x), head=x.response_body[:HEAD],
-        ))  # fmt: skip
+        body = b""
+        if not is_socket(x):  # a socket's turns are keyed by their messages, in the journal
+            try:
+                body = recording.request_body(x)
+            except BadInput:
+                continue  # a body that cannot be rebuilt cannot be matched (the loader warned)
+        seen += seen_of_recorded(x, label, turn, analysis, body=body)
     meta = recording.meta
     return PointLog(
         name=point_name(meta, directory), started_at=float(meta["started_at"]), seen=tuple(seen),
         covered=covered_stretches(recording.exchanges, recording.closes, live), position=position,
         directory=directory, host=_host(meta, directory),
     )  # fmt: skip
-
-
-def last_byte(x: RecordedExchange) -> float | None:
-    """When the last response bytes arrived (None: none did)."""
-    if x.chunks:
-        return x.chunks[-1][0]
-    if x.response_body and x.t_end is not None:
-        return x.t_end
-    return None
 
 
 def load_point(directory: str, position: int | None = None) -> tuple[PointLog, list[str]]:

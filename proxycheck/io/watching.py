@@ -6,9 +6,10 @@ lines only), its records rebuilt into exchanges as the loader rebuilds them
 (`proxycheck.core.recording.journal.RecordingBuilder`, asked for the exchanges the new records
 changed), those exchanges analysed and grouped into sessions (`SessionSummarizer`, as
 `proxycheck.io.recordings.LiveSessions` does: only what changed is analysed) and turned into
-`Seen` values (as `proxycheck.io.points.point_of_recording` does for a whole recording; each
-request body is joined and keyed once), and the point as it stands now is a `PointLog` whose
-last stretch is open while the recorder records.
+`Seen` values (`proxycheck.core.points.recorded`, as `proxycheck.io.points.point_of_recording`
+does for a whole recording; each request body is joined and keyed once; a WebSocket session is
+one per turn, a turn in flight as its messages pass), and the point as it stands now is a
+`PointLog` whose last stretch is open while the recorder records.
 
 A directory that does not exist yet, or has no recording.json yet, is waited for (its recorder
 has not started); what can never become a recording is refused by `check_watchable` before the
@@ -32,12 +33,13 @@ from typing import Any, Callable, Sequence
 
 from proxycheck.core.errors import BadInput, ProxycheckError
 from proxycheck.core.points.matching import PointLog
-from proxycheck.core.points.seen import RequestKey, Seen, request_key, seen_of
+from proxycheck.core.points.recorded import is_socket, renamed, seen_of_recorded
+from proxycheck.core.points.seen import RequestKey, Seen, request_key
 from proxycheck.core.recording import journal as fmt
 from proxycheck.core.recording.journal import RecordedExchange
 from proxycheck.core.recording.summary import SessionSummarizer, analyze
 from proxycheck.io.jsonl import read_json_file
-from proxycheck.io.points import covered_stretches, last_byte, point_name
+from proxycheck.io.points import covered_stretches, point_name
 from proxycheck.io.recordings import JournalTail, session_headers_of
 from proxycheck.io.storage import Recording
 
@@ -115,7 +117,8 @@ class FollowedRecording:
         self._meta_stamp: tuple[int, int] | None = None
         self._failures_read = 0
         self._pending: dict[int, RecordedExchange] = {}  # changed, not yet a Seen (a piece not readable yet)
-        self._seen: dict[int, Seen] = {}
+        self._seen: dict[int, tuple[Seen, ...]] = {}  # an exchange's parts (a socket's turns: one each)
+        self._ended: set[int] = set()  # exchanges whose end was read
         self._keys: dict[int, RequestKey] = {}
         self._light: dict[int, RecordedExchange] = {}  # what the covered stretches need of each exchange
         self._point: PointLog | None = None
@@ -144,7 +147,7 @@ class FollowedRecording:
         self._apply_write_failures()
         for x in self._builder.take_changed():
             self._pending[x.xid] = x
-            self._light[x.xid] = replace(x, response_body=b"", chunks=x.chunks[-1:])
+            self._light[x.xid] = replace(x, response_body=b"", chunks=x.chunks[-1:], ws=x.ws[-1:])
         if self._pending:
             changed |= self._turn_into_seen()
         changed |= self._group() is not None
@@ -215,20 +218,22 @@ class FollowedRecording:
         done = []
         for xid, x in self._pending.items():
             key = self._keys.get(xid)
-            if key is None:
+            if key is None and not is_socket(x):  # a socket's turns are keyed by their messages
                 try:
                     key = request_key(self._pieces.request_body(x))
                 except BadInput:
                     continue  # a piece not on disk yet: keyed at a later poll
                 self._keys[xid] = key
             analysis = analyses.get(xid) or analyze(x)
-            old = self._seen.get(xid)
+            ended = x.finished
             if xid not in analyses:
-                if old is None or (old.t_ended is None) != (x.t_end is None and x.t_error is None):
+                if xid not in self._seen or (xid in self._ended) != ended:
                     self._regroup.add(xid)  # a new exchange, or an end: either may change the grouping
                 self._grouped[xid] = x
-            label, turn = self._names.get(xid, (old.label, old.turn) if old is not None else ("?", 0))
-            self._seen[xid] = _seen(x, label, turn, analysis, key)
+            if ended:
+                self._ended.add(xid)
+            label, turn = self._names.get(xid, ("?", 0))
+            self._seen[xid] = seen_of_recorded(x, label, turn, analysis, key=key)
             done.append(xid)
         for xid in done:
             del self._pending[xid]
@@ -255,17 +260,16 @@ class FollowedRecording:
                 if also is not None and turn.xid in also:
                     analyses[turn.xid] = turn.analysis
         # Grouping may rename an exchange a later one joined (a retry makes it an attempt).
-        for xid, s in self._seen.items():
-            label, turn = self._names.get(xid, (s.label, s.turn))
-            if (label, turn) != (s.label, s.turn):
-                self._seen[xid] = replace(s, label=label, turn=turn)
+        for xid, parts in self._seen.items():
+            if xid in self._names:
+                self._seen[xid] = tuple(renamed(s, *self._names[xid]) for s in parts)
         self._next_group = now + max(GROUP_EVERY, GROUP_SHARE * (time.monotonic() - started))
         return analyses
 
     def _make_point(self) -> PointLog | None:
         if self.started_at is None:
             return None
-        seen = tuple(sorted(self._seen.values(), key=lambda s: (s.t_request, s.xid)))
+        seen = tuple(sorted((s for parts in self._seen.values() for s in parts), key=lambda s: (s.t_request, s.ident)))
         covered = covered_stretches(list(self._light.values()), self._builder.closed, live=True)
         return PointLog(name=self.name, started_at=self.started_at, seen=seen, covered=covered, directory=self.directory,
                         host=self.host)  # fmt: skip
@@ -294,18 +298,6 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_mtime_ns, st.st_size)
-
-
-def _seen(x: RecordedExchange, label: str, turn: int, analysis: Any, key: RequestKey) -> Seen:
-    """The exchange's `Seen` (as `point_of_recording` makes it), with its request's key computed once."""
-    classified = analysis.classified
-    s = seen_of(
-        xid=x.xid, label=label, turn=turn, method=x.method, path=x.path, body=b"", t_request=x.t_request,
-        t_response=x.t_response, t_end=x.t_end, t_error=x.t_error, status=x.status, streamed=analysis.streamed,
-        analysis=analysis.response, outcome=classified.outcome, detail=classified.detail, error=x.error,
-        interrupted=x.interrupted, last_byte=last_byte(x),
-    )  # fmt: skip
-    return replace(s, key=key)
 
 
 class WatchedRecordings:

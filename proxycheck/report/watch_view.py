@@ -95,9 +95,9 @@ def _marks(snap: Snapshot, active: Sequence[Lag]) -> dict[tuple[int, str], str]:
     for lag in active:
         w = None
         if lag.ahead is not None and lag.ahead_seen is not None:
-            w = snap.watched_of(lag.ahead, lag.ahead_seen.xid)
+            w = snap.watched_of(lag.ahead, lag.ahead_seen.ident)
         if w is None and lag.behind_seen is not None:
-            w = snap.watched_of(lag.behind, lag.behind_seen.xid)
+            w = snap.watched_of(lag.behind, lag.behind_seen.ident)
         if w is not None:
             marks[(index[id(w)], lag.behind)] = "stalled" if lag.kind == STALLED else "behind"
     return marks
@@ -126,7 +126,7 @@ def _exchanges_table(snap: Snapshot, active: Sequence[Lag]) -> RenderableType:
     rows.sort(key=lambda k: (not any((k, p.name) in marks for p in snap.points), -snap.exchanges[k].start))
     for k in rows[:MAX_ROWS]:
         w = snap.exchanges[k]
-        table.add_row(f"{w.label} turn {w.turn}", *(_cell(w, i, marks.get((k, p.name))) for i, p in enumerate(snap.points)))
+        table.add_row(w.title, *(_cell(w, i, marks.get((k, p.name))) for i, p in enumerate(snap.points)))
     if len(rows) > MAX_ROWS:
         return Group(table, Text(f"... and {len(rows) - MAX_ROWS} more in flight", style="dim"))
     return table

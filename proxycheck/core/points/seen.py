@@ -11,6 +11,11 @@ adds members the model never sees (`stream_options`, `user`) or maps a model ali
 it another exchange; a body of no known shape is keyed by its canonical JSON, a body that is not
 JSON by its bytes. The canonical digest and the raw digest are kept beside it, to say whether a
 hop re-serialized or changed the body between two points.
+
+A WebSocket session is seen as *parts* (`kind`; `proxycheck.core.points.recorded` makes them):
+each of its turns, keyed by its `response.create` message as a request body is; its end while
+it sat idle; its upgrade alone when no turn came. `ident` (the exchange and the part) tells the
+parts of one socket apart.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ HEAD = 4096  # response bytes kept per exchange to tell identical requests apart
 
 # Stages of progress, in order: how far an exchange got at one point.
 NOTHING, HEADERS, BYTES, COMPLETE = 0, 1, 2, 3
+# What a `Seen` stands for: an HTTP exchange; a turn of a WebSocket session; the socket's end
+# while it sat idle (after its last turn, or its upgrade); an upgrade with no turn (refused,
+# never answered, or a socket never used).
+EXCHANGE, SOCKET_TURN, SOCKET_END, UPGRADE = "exchange", "websocket turn", "websocket end", "websocket upgrade"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +93,27 @@ class Seen:
     error: str | None = None
     interrupted: bool = False  # still in flight when the recorder stopped
     head: bytes = b""  # the first HEAD bytes of the response as recorded: tells identical requests apart
+    kind: str = EXCHANGE
+    part: int = 0  # a socket's turn number (its end: the number after its last turn); 0: the exchange
+    client_ended: bool = False  # its socket was ended by its client (a close frame, or its connection cut)
+    ending: str = ""  # SOCKET_END: how the socket ended ("closed by the client (1000)", ...)
+
+    @property
+    def ident(self) -> tuple[int, int]:
+        """What tells it apart from everything else its point saw: the exchange, and the part of it."""
+        return (self.xid, self.part)
+
+    @property
+    def name(self) -> str:
+        """How a line names it: "s1 turn 4", "s2 WebSocket turn 3", "s2 WebSocket end after turn 3"."""
+        if self.kind == SOCKET_TURN:
+            return f"{self.label} WebSocket turn {self.turn}"
+        if self.kind == SOCKET_END:
+            after = f"turn {self.turn - 1}" if self.turn > 1 else "the upgrade"
+            return f"{self.label} WebSocket end after {after}"
+        if self.kind == UPGRADE:
+            return f"{self.label} WebSocket upgrade"
+        return f"{self.label} turn {self.turn}"
 
     @property
     def stage(self) -> int:
@@ -121,8 +151,17 @@ class Seen:
         first = self.first_content if self.first_content is not None else self.t_response
         return None if first is None else first - self.t_request
 
+    def part_json(self) -> dict[str, object]:
+        """What the JSON documents add for a part of a WebSocket session: which part, its number."""
+        if self.kind == EXCHANGE:
+            return {}
+        part = {SOCKET_TURN: "turn", SOCKET_END: "end", UPGRADE: "upgrade"}[self.kind]
+        return {"websocket": part, "socket_turn": self.part}
+
     def progress_text(self) -> str:
         """What this point got, in a few words: "812 events, [DONE]", "40 events", "HTTP 502"."""
+        if self.kind == SOCKET_END:
+            return f"socket {self.ending}"
         if self.status is None:
             return "no response" + (f" ({self.error})" if self.error else "")
         parts = []
@@ -133,9 +172,11 @@ class Seen:
         else:
             parts.append(f"{self.bytes} bytes")
         if self.terminal:
-            parts.append("terminal marker")
+            parts.append("terminal event" if self.kind == SOCKET_TURN else "terminal marker")
         elif self.finish:
             parts.append("finish reason")
+        if self.kind == SOCKET_TURN and self.error and not self.terminal:
+            parts.append(f"then the socket {self.error}")
         return ", ".join(parts)
 
 

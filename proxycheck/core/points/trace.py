@@ -39,7 +39,7 @@ from proxycheck.core.diagnose.differ import BUFFER_MIN_BURST, BUFFER_MIN_EVENTS,
 from proxycheck.core.diagnose.verdict import ENGINE, HEALTHY, INCONCLUSIVE, NOT_REPRODUCED, PROXY, SERVER, SeenWhileRecording, Verdict
 from proxycheck.core.exchange.outcomes import CLIENT_LEFT_WORDS, Outcome
 from proxycheck.core.points.matching import Offset, PairMatch, PointLog, match
-from proxycheck.core.points.seen import Seen
+from proxycheck.core.points.seen import SOCKET_END, Seen
 
 SCHEMA = "proxycheck.trace/1"
 ORDER_MIN = 0.0005  # seconds of median duration between two points for the timing to order them
@@ -185,7 +185,7 @@ def _seen_json(s: Seen, resent: Sequence[Seen]) -> dict[str, Any]:
         "last_progress": round(s.last_progress, 6), "status": s.status, "streamed": s.streamed, "events": s.events,
         "content_events": s.content_events, "bytes": s.bytes, "terminal": s.terminal, "complete": s.complete,
         "outcome": s.outcome.value, "detail": s.detail, "ttft": _r(s.ttft),
-        "request": {"view": s.key.view, "canonical": s.key.canonical, "sha256": s.key.raw},
+        "request": {"view": s.key.view, "canonical": s.key.canonical, "sha256": s.key.raw}, **s.part_json(),
     }  # fmt: skip
     if resent:
         doc["resent"] = [{"exchange": r.xid, "outcome": r.outcome.value, "complete": r.complete} for r in resent]
@@ -202,7 +202,8 @@ def _track_json(t: Track, names: list[str]) -> dict[str, Any]:
     if t.locus.why:
         locus["why"] = t.locus.why
     return {
-        "session": name.label, "turn": name.turn, "first_seen_at": names[t.outermost], "locus": locus, "line": t.line,
+        "session": name.label, "turn": name.turn, **name.part_json(), "first_seen_at": names[t.outermost], "locus": locus,
+        "line": t.line,
         "points": {names[i]: _seen_json(s, t.resent[i]) for i, s in enumerate(t.seen) if s is not None},
         "not_recording": [names[i] for i, (s, c) in enumerate(zip(t.seen, t.covered)) if s is None and not c],
     }  # fmt: skip
@@ -308,7 +309,7 @@ def _left_by_its_client(s: Seen) -> bool:
     point, the hop in front of it gave up on the exchange (its read timeout, say). When the point
     outside saw no client of its own leave, that hop cut the exchange: it failed between them,
     whatever the inner point would have got had it waited."""
-    return s.error is not None and CLIENT_LEFT_WORDS in s.error.lower()
+    return s.client_ended or (s.error is not None and CLIENT_LEFT_WORDS in s.error.lower())
 
 
 def _line(track: Track, points: Sequence[PointLog]) -> str:
@@ -321,14 +322,16 @@ def _line(track: Track, points: Sequence[PointLog]) -> str:
             parts.append(f"{p} never saw it" if track.covered[i] else f"{p} not recording")
             continue
         s = _best(s, track.resent[i])
-        if s.complete:
+        if s.kind == SOCKET_END:
+            parts.append(f"{p} {s.progress_text()} ({s.outcome.value})")
+        elif s.complete:
             parts.append(f"{p} complete {s.last_progress - s.t_request:.1f} s after the request ({s.progress_text()})")
         else:
             quiet = (s.t_ended if s.t_ended is not None else points[i].recorded_until)
             silence = f", then nothing for {quiet - s.last_progress:.0f} s" if quiet is not None and quiet - s.last_progress >= 1 else ""
             parts.append(f"{p} {s.progress_text()}{silence} ({s.outcome.value})")
     where = _locus_text(track.locus, points)
-    return f"{name.label} turn {name.turn}: " + "; ".join(parts) + (f": {where}" if where else "")
+    return f"{name.name}: " + "; ".join(parts) + (f": {where}" if where else "")
 
 
 def _locus_text(locus: Locus, points: Sequence[PointLog], hops: tuple[str, ...] | None = None) -> str:
@@ -528,7 +531,7 @@ def _decide(points: Sequence[PointLog], order: str, offsets: tuple[Offset, ...],
               (kind == INSIDE or t.locus.inner == where + 1)]  # fmt: skip
     first = failed[0].name
     others = "" if len(segments) == 1 else "; also " + ", ".join(f"{n} {s.text()}" for s, n, _, _ in segments[1:])
-    what = f"{count} exchange(s) (first {first.label} turn {first.turn})"
+    what = f"{count} exchange(s) (first {first.name})"
     if kind == LOST:
         culprit = segment.hops[0] if segment.hops and len(segment.hops) == 1 else None
         summary = f"{what} lost {segment.text()}{others}"

@@ -133,6 +133,7 @@ def progress_json(s: Seen | None, now: float | None) -> dict[str, Any]:
         "seen": True, "exchange": s.xid, "text": progress_text(s), "status": s.status, "events": s.events,
         "content_events": s.content_events, "bytes": s.bytes, "ended": s.t_ended is not None, "complete": s.complete,
         "outcome": s.outcome.value, "last_event_age": None if now is None else round(max(0.0, now - last_event(s)), 3),
+        **s.part_json(),
     }  # fmt: skip
 
 
@@ -152,6 +153,7 @@ class Watched:
     covered: tuple[bool, ...]
     ages: tuple[float | None, ...]
     start: float  # its request on the watcher's clock (wall seconds), to order the exchanges
+    title: str  # how a line names it (`Seen.name`: "s1 turn 2", "s1 WebSocket turn 3")
 
     @property
     def live(self) -> bool:
@@ -167,6 +169,7 @@ class Lag:
     kind: str
     label: str
     turn: int
+    title: str  # how a line names it (`Seen.name`)
     ahead: str | None
     behind: str
     ahead_seen: Seen | None
@@ -182,9 +185,9 @@ class Lag:
         behind point's exchange); never seen and stuck are two conditions of one pair."""
         if self.kind == STALLED:
             assert self.behind_seen is not None
-            return (STALLED, self.behind, self.behind_seen.xid)
+            return (STALLED, self.behind, self.behind_seen.ident)
         assert self.ahead_seen is not None
-        return (STUCK, self.ahead, self.ahead_seen.xid, self.behind, self.behind_seen is None)
+        return (STUCK, self.ahead, self.ahead_seen.ident, self.behind, self.behind_seen is None)
 
 
 @dataclass(frozen=True)
@@ -198,21 +201,21 @@ class Snapshot:
     outermost: int
     exchanges: tuple[Watched, ...]
     lags: tuple[Lag, ...]
-    _by_xid: tuple[dict[int, Seen], ...] = field(default=(), repr=False)
-    _track_of: dict[tuple[int, int], int] = field(default_factory=dict, repr=False)
+    _by_ident: tuple[dict[tuple[int, int], Seen], ...] = field(default=(), repr=False)
+    _track_of: dict[tuple[int, tuple[int, int]], int] = field(default_factory=dict, repr=False)
 
     def index(self, name: str) -> int | None:
         return next((i for i, p in enumerate(self.points) if p.name == name), None)
 
-    def seen_at(self, name: str, xid: int) -> Seen | None:
-        """Exchange `xid` of point `name` as it stands now."""
+    def seen_at(self, name: str, ident: tuple[int, int]) -> Seen | None:
+        """What point `name` saw of exchange `ident` (`Seen.ident`) as it stands now."""
         i = self.index(name)
-        return None if i is None else self._by_xid[i].get(xid)
+        return None if i is None else self._by_ident[i].get(ident)
 
-    def watched_of(self, name: str, xid: int) -> Watched | None:
-        """The exchange, across the points, that point `name`'s exchange `xid` is part of."""
+    def watched_of(self, name: str, ident: tuple[int, int]) -> Watched | None:
+        """The exchange, across the points, that point `name`'s exchange `ident` is part of."""
         i = self.index(name)
-        k = None if i is None else self._track_of.get((i, xid))
+        k = None if i is None else self._track_of.get((i, ident))
         return None if k is None else self.exchanges[k]
 
 
@@ -221,7 +224,7 @@ def _ended(s: Seen) -> float:
 
 
 def _latest(primary: Seen, resent: Sequence[Seen]) -> Seen:
-    return max((primary, *resent), key=lambda s: (s.t_request, s.xid))
+    return max((primary, *resent), key=lambda s: (s.t_request, s.ident))
 
 
 def _last_time(p: PointLog) -> float:
@@ -308,25 +311,25 @@ def snapshot(points: Sequence[PointLog], wall_now: float, stall: float, local: S
         covered = tuple(s is not None or p.recording_at(t_outer + shift[j]) for j, (s, p) in enumerate(zip(row, points)))
         ages = tuple(None if s is None else max(0.0, now[j] - last_event(s)) for j, s in enumerate(row))
         start = outer.started_at + t_outer + offsets[clock].seconds
-        exchanges.append(Watched(name.label, name.turn, tuple(row), covered, ages, start))
+        exchanges.append(Watched(name.label, name.turn, tuple(row), covered, ages, start, name.name))
         lags += _lags(row, covered, points, now, stall, name, ref, credible)
     order_of = sorted(range(len(exchanges)), key=lambda k: exchanges[k].start)
     exchanges = [exchanges[k] for k in order_of]
-    by_xid = tuple({s.xid: s for s in p.seen} for p in points)
-    track_of: dict[tuple[int, int], int] = {}
+    by_ident = tuple({s.ident: s for s in p.seen} for p in points)
+    track_of: dict[tuple[int, tuple[int, int]], int] = {}
     for k, w in enumerate(exchanges):
         for i, s in enumerate(w.seen):
             if s is not None:
-                track_of[(i, s.xid)] = k
+                track_of[(i, s.ident)] = k
     # A point's earlier attempts belong to the exchange their latest attempt stands for.
     for j, m in matches.items():
         for oi, more in m.resent.items():
-            k = track_of.get((ref, outer.seen[oi].xid))
+            k = track_of.get((ref, outer.seen[oi].ident))
             ii = m.pairs.get(oi)
             for idx in (*more, *(() if ii is None else (ii,))):
                 if k is not None:
-                    track_of.setdefault((j, points[j].seen[idx].xid), k)
-    return Snapshot(points, stall, offsets, now, clock, order, ref, tuple(exchanges), tuple(lags), by_xid, track_of)
+                    track_of.setdefault((j, points[j].seen[idx].ident), k)
+    return Snapshot(points, stall, offsets, now, clock, order, ref, tuple(exchanges), tuple(lags), by_ident, track_of)
 
 
 def _lags(row: Sequence[Seen | None], covered: Sequence[bool], points: Sequence[PointLog], now: Sequence[float],
@@ -350,10 +353,10 @@ def _lags(row: Sequence[Seen | None], covered: Sequence[bool], points: Sequence[
             led = True
             age = now[i] - got.since
             if age >= stall:
-                out.append(Lag(STUCK, name.label, name.turn, points[i].name, points[j].name, a, b, got.kind, got.since,
-                               age, behind_age))  # fmt: skip
+                out.append(Lag(STUCK, name.label, name.turn, name.name, points[i].name, points[j].name, a, b, got.kind,
+                               got.since, age, behind_age))  # fmt: skip
         if b is not None and not led and behind_age is not None and behind_age >= stall:
-            out.append(Lag(STALLED, name.label, name.turn, None, points[j].name, None, b, None, last_event(b),
+            out.append(Lag(STALLED, name.label, name.turn, name.name, None, points[j].name, None, b, None, last_event(b),
                            behind_age, behind_age))  # fmt: skip
     return out
 
@@ -412,7 +415,7 @@ def raised_line(lag: Lag, stall: float) -> str:
     """The finding's line: "s3 turn 7: engine-side done 12 s ago, client-side stuck at event 40";
     when the lead began before the ahead point's end (it passed the behind one earlier), for how
     long the behind point has been behind."""
-    head = f"{lag.label} turn {lag.turn}: "
+    head = f"{lag.title}: "
     if lag.kind == STALLED:
         return head + f"{lag.behind}: no progress for {_ago(lag.age)}, {position_text(lag.behind_seen)}"
     b = lag.behind_seen
@@ -474,12 +477,12 @@ def _raised(lag: Lag, snap: Snapshot, wall: float) -> Finding:
 def _behind_now(lag: Lag, snap: Snapshot) -> Seen | None:
     """The behind point's attempt now: in the exchange the ahead point's one is part of, else by its number."""
     if lag.ahead_seen is not None and lag.ahead is not None:
-        w = snap.watched_of(lag.ahead, lag.ahead_seen.xid)
+        w = snap.watched_of(lag.ahead, lag.ahead_seen.ident)
         j = snap.index(lag.behind)
         if w is not None and j is not None and w.seen[j] is not None:
             return w.seen[j]
     if lag.behind_seen is not None:
-        return snap.seen_at(lag.behind, lag.behind_seen.xid)
+        return snap.seen_at(lag.behind, lag.behind_seen.ident)
     return None
 
 
@@ -492,7 +495,7 @@ def _recovery(lag: Lag, snap: Snapshot) -> tuple[str | None, Seen | None, float]
     now_behind = snap.now[j]
     if lag.kind == STALLED:
         assert lag.behind_seen is not None
-        s = snap.seen_at(lag.behind, lag.behind_seen.xid)
+        s = snap.seen_at(lag.behind, lag.behind_seen.ident)
         if s is None:
             return GONE, None, lag.age
         moved = last_event(s)
@@ -508,7 +511,7 @@ def _recovery(lag: Lag, snap: Snapshot) -> tuple[str | None, Seen | None, float]
     lasted = (now_ahead if now_ahead is not None else lag.since + lag.age) - lag.since
     b = _behind_now(lag, snap)
     if lag.behind_seen is None:  # never seen: until it arrives, or is over at the outer point
-        a = snap.seen_at(lag.ahead, lag.ahead_seen.xid)
+        a = snap.seen_at(lag.ahead, lag.ahead_seen.ident)
         if b is not None:
             return ARRIVED, b, lasted
         if a is None:
@@ -536,7 +539,7 @@ def _ended_words(s: Seen | None) -> str:
 
 
 def _recovered(lag: Lag, how: str, now_seen: Seen | None, age: float, snap: Snapshot, wall: float) -> Finding:
-    head = f"{lag.label} turn {lag.turn}: "
+    head = f"{lag.title}: "
     where = progress_text(now_seen)
     if lag.kind == STALLED:
         words = {PROGRESSING: f"progressing again after {_ago(age)} ({where})",
@@ -545,7 +548,7 @@ def _recovered(lag: Lag, how: str, now_seen: Seen | None, age: float, snap: Snap
         line = head + f"{lag.behind}: {words}"
     elif lag.behind_seen is None:
         words = {ARRIVED: f"{lag.behind} saw it after all, {_ago(age)} after {lag.ahead} ({where})",
-                 ENDED: f"{lag.ahead} {_ended_words(snap.seen_at(lag.ahead, lag.ahead_seen.xid) if lag.ahead_seen else None)} "
+                 ENDED: f"{lag.ahead} {_ended_words(snap.seen_at(lag.ahead, lag.ahead_seen.ident) if lag.ahead_seen else None)} "
                         f"after {_ago(age)}; {lag.behind} never saw it",
                  NOT_RECORDING: f"{lag.behind} stopped recording", GONE: f"no longer in {lag.ahead}'s recording"}[how]  # fmt: skip
         line = head + words
@@ -554,7 +557,7 @@ def _recovered(lag: Lag, how: str, now_seen: Seen | None, age: float, snap: Snap
                  ENDED: f"{lag.behind} {_ended_words(now_seen)} after {_ago(age)} behind {lag.ahead}",
                  NOT_RECORDING: f"{lag.behind} stopped recording", GONE: f"no longer in {lag.behind}'s recording"}[how]  # fmt: skip
         line = head + words
-    ahead = None if lag.kind == STALLED else progress_json(snap.seen_at(lag.ahead, lag.ahead_seen.xid) if lag.ahead and lag.ahead_seen else None,
+    ahead = None if lag.kind == STALLED else progress_json(snap.seen_at(lag.ahead, lag.ahead_seen.ident) if lag.ahead and lag.ahead_seen else None,
                                                           _now_of(snap, lag.ahead))  # fmt: skip
     return Finding(RECOVERED, lag.kind, wall, lag.label, lag.turn, lag.ahead, lag.behind, ahead,
                    progress_json(now_seen, _now_of(snap, lag.behind)), age, line, how)  # fmt: skip
