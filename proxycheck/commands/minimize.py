@@ -78,11 +78,6 @@ def run(args: argparse.Namespace) -> int:
     loaded = open_recording(args.directory)  # opened once: planned here, its candidates built from it
     print_warnings(loaded.warnings)
     sessions = loaded.planned
-    sockets = sum(1 for s in sessions if s.transport == "websocket")
-    if sockets:
-        # Its turns continue the socket's memory: a subset of them is another conversation, and
-        # the steps that cut a history or a body assume HTTP turns that carry theirs.
-        raise BadInput(args.directory, f"holds {sockets} WebSocket session(s), which minimize does not shrink yet")
     watchdogs = watchdogs_of(args, sessions)
     budget = Budget(replays=args.budget, seconds=args.time, start=time.monotonic())
     route, culprit = args.route, None
