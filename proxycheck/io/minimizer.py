@@ -186,8 +186,11 @@ class _Minimizer:
         self.tries: list[int] = []  # tries spent on each candidate
         self.best: _Found | None = None
         self.complete = True
-        # A turn is its exchange and its number: a socket's turns share the socket's exchange.
+        # A turn is its exchange and its number: a socket's turns share the socket's exchange (and
+        # keep their numbers in a candidate, a prefix of them), an HTTP turn has its own (and is
+        # numbered again in a candidate that left turns out).
         self.by_turn = {(t.xid, t.turn): (s.id, t) for s in self.original for t in s.turns}
+        self.by_xid = {t.xid: (s.id, t) for s in self.original if s.transport != "websocket" for t in s.turns}
         self.all_xids = tuple(dict.fromkeys(t.xid for s in self.original for t in s.turns))
         # Each socket's turns (its idle end, planned as a last turn, apart): what a prefix cuts.
         self.socket_turns = {s.turns[0].xid: [t for t in s.turns if not t.socket_end] for s in self.original
@@ -234,7 +237,7 @@ class _Minimizer:
         end follows its last kept turn in a candidate, and is the original's idle end."""
         if turn.socket_end:
             return next((s.id, t) for s in self.original for t in s.turns if t.xid == turn.xid and t.socket_end)
-        return self.by_turn[(turn.xid, turn.turn)]
+        return self.by_xid[turn.xid] if turn.xid in self.by_xid else self.by_turn[(turn.xid, turn.turn)]
 
     async def test(self, state: _State, what: str, options: Any = None, keep: bool = True) -> bool | None:
         """Whether the candidate fails on the route (and not direct); None when out of budget.
@@ -483,6 +486,13 @@ class _Minimizer:
         assert self.best is not None
         _, xid, turn = self.trigger()
         think = turn.backoff if turn.attempt > 1 else turn.think_time  # a retry waits its backoff
+        if turn.socket_end:
+            # Not a wait of the client's: when the chain ended the socket, which the replay watches
+            # for (with a margin). Shortened, the recording would claim an earlier end than the
+            # chain made, and the margin could still catch the chain's own.
+            self.say("think time: not bisected (the failure is a socket's idle end: its wait is when the chain "
+                     "ended it, kept as recorded)")  # fmt: skip
+            return None
         if not think or think < THINK_MIN or self.exhausted():
             return None
         if pace_factor(self.options.pace) == 0:
@@ -741,8 +751,9 @@ def describe(summary: dict[str, Any]) -> list[str]:
         + ("" if summary["complete"] else
            " (interrupted: not minimal)" if summary.get("interrupted") else " (budget ran out: not minimal)"),
         f"trigger: {t.get('label', t['session'])} {attempt_text(t['turn'], t.get('attempt', 1), t.get('attempts', 1))}: "
-        f"{t['request_bytes']} B request "
-        f"(recorded {t['recorded_request_bytes']} B), think time before it {think}",
+        + (f"the socket's idle end, {think} after its last turn kept"
+           if (t.get("socket") or {}).get("idle_end") else
+           f"{t['request_bytes']} B request (recorded {t['recorded_request_bytes']} B), think time before it {think}"),
         f"outcome over {summary['route']}: {t['outcome']}" + (f" ({t['detail']})" if t["detail"] else "")
         + f" after {t['events']} event(s), {t['content_events']} with content",
     ]  # fmt: skip
@@ -750,10 +761,8 @@ def describe(summary: dict[str, Any]) -> list[str]:
     if culprit:
         lines.insert(0, f"route {summary['route']}: {culprit['says']}")
     for one in summary.get("socket_turns") or ():
-        idle = " (the failure: its idle end, after the last turn kept)" if (
-            t.get("socket") and t["xid"] == one["xid"] and t["socket"]["idle_end"]) else ""
         lines.append(f"WebSocket session {one['label']}: turns {one['before']} -> {one['after']} (its first "
-                     f"{one['after']} kept: a socket's turns are its memory){idle}")  # fmt: skip
+                     f"{one['after']} kept: a socket's turns are its memory)")  # fmt: skip
     waited = _replayed_as(summary)
     if waited:
         lines.append(waited)
