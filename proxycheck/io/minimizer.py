@@ -17,7 +17,9 @@ The steps, each kept only while the failure persists:
    outcomes to match) and once direct (a failure there is the engine's, not a hop's). With the
    direct route itself as the route (an engine failure), there is no clean reference to check;
 2. ddmin over sessions, then over the turns of the sessions kept (exact-mode bodies carry their
-   history, so any subset of turns stays replayable);
+   history, so any subset of turns stays replayable); a WebSocket session is one exchange there,
+   kept or dropped whole, then cut to its first turns (`socket_prefixes`: its turns are its
+   memory, so never a middle one; `proxycheck.core.minimize.sockets`);
 3. concurrency: with more than one session left, they are replayed one at a time; the failure
    going away says it needs them at once (the summary gives how many were in flight);
 4. the first failing turn's history: all its droppable messages dropped at once, else ddmin over
@@ -25,6 +27,8 @@ The steps, each kept only while the failure persists:
 5. the first failing turn's body size (`shrink_to`, bisected down from the recorded size when a
    body cut to ~512 B passes) and its think time (bisected when ~0 s passes, down from the think
    time as replayed: the cap, when it shortened it; not at all at pace fast, which waits none);
+   on a socket, the history and size steps leave its messages as recorded, the think time is the
+   wait before the failing turn, and an idle end's wait is kept (it is when the chain ended it);
 6. the last failing candidate is written to `out`, with `minimized.json`: the trigger summary.
 
 Everything is bounded by a `Budget` (replays and/or seconds); when it runs out the best failing
