@@ -81,8 +81,8 @@ def test_a_socket_cut_at_turn_3_is_minimized_to_its_turns_up_to_3_and_names_turn
                                     "after": CUT_AT}]  # fmt: skip
     trigger = doc["trigger"]
     # The turn that failed, not the socket's first (all its turns share one exchange).
-    assert (trigger["turn"], trigger["xid"], trigger["outcome"], trigger["transport"]) == (CUT_AT, xid, "reset",
-                                                                                          "websocket"), trigger  # fmt: skip
+    said = (trigger["turn"], trigger["xid"], trigger["outcome"], trigger["transport"])
+    assert said == (CUT_AT, xid, "reset", "websocket"), trigger
     assert trigger["socket"] == {"turns": {"before": TURNS, "after": CUT_AT}, "idle_end": False}
     assert trigger["events"] >= 1 and "without a close frame" in trigger["detail"], trigger
     assert doc["messages"] is None and doc["body_size"] is None  # a socket's messages kept as recorded
@@ -112,8 +112,8 @@ def test_a_hop_cutting_idle_sockets_is_minimized_to_the_wait_it_cuts(
     doc = json.loads((out / "minimized.json").read_text())
     trigger = doc["trigger"]
     # The first wait longer than the hop's idle timeout is before turn 2: turns 1..2 kept.
-    assert (trigger["turn"], trigger["outcome"]) == (2, "reset") and trigger["socket"]["turns"] == {"before": 3,
-                                                                                                     "after": 2}, trigger  # fmt: skip
+    assert (trigger["turn"], trigger["outcome"]) == (2, "reset"), trigger
+    assert trigger["socket"]["turns"] == {"before": 3, "after": 2}, trigger
     # At a wait this close to the hop's timeout, its cut comes as the turn is sent or just before.
     assert "into the wait before this turn" in trigger["detail"] or "mid-answer" in trigger["detail"], trigger
     think = doc["think"]

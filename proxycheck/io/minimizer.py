@@ -195,7 +195,7 @@ class _Minimizer:
         # numbered again in a candidate that left turns out).
         self.by_turn = {(t.xid, t.turn): (s.id, t) for s in self.original for t in s.turns}
         self.by_xid = {t.xid: (s.id, t) for s in self.original if s.transport != "websocket" for t in s.turns}
-        self.all_xids = tuple(dict.fromkeys(t.xid for s in self.original for t in s.turns))
+        self.all_xids = _xids(self.original)
         # Each socket's turns (its idle end, planned as a last turn, apart): what a prefix cuts.
         self.socket_turns = {s.turns[0].xid: [t for t in s.turns if not t.socket_end] for s in self.original
                              if s.transport == "websocket" and not s.turns[0].handshake}  # fmt: skip
@@ -318,8 +318,7 @@ class _Minimizer:
 
         steps: dict[str, Any] = dict.fromkeys(("socket_turns", "concurrency", "messages", "body_size", "think"))
         try:
-            await self.ddmin(list(self.original),
-                             lambda ss: _State(tuple(dict.fromkeys(t.xid for s in ss for t in s.turns))), "sessions")  # fmt: skip
+            await self.ddmin(list(self.original), lambda ss: _State(_xids(ss)), "sessions")
             # The sessions kept are those of the last candidate seen failing (the search's best). A
             # socket is one exchange here, kept or dropped whole: its turns are cut next, as a prefix.
             await self.ddmin(list(self.best.state.xids), lambda xs: _State(tuple(xs)), "turns")
@@ -458,7 +457,8 @@ class _Minimizer:
         small = _smallest(body)
         if small is None or len(small) >= len(body) or self.exhausted():
             return None
-        failed = await self.test(replace(state, bodies={**state.bodies, xid: small}), f"request body cut to {len(small)} B")
+        failed = await self.test(replace(state, bodies={**state.bodies, xid: small}),
+                                 f"request body cut to {len(small)} B")  # fmt: skip
         if failed is None:
             return None
         if failed:
@@ -471,7 +471,8 @@ class _Minimizer:
             if cut is None:
                 search.result(value, False)
                 continue
-            failed = await self.test(replace(state, bodies={**state.bodies, xid: cut}), f"request body cut to {len(cut)} B")
+            failed = await self.test(replace(state, bodies={**state.bodies, xid: cut}),
+                                     f"request body cut to {len(cut)} B")  # fmt: skip
             if failed is None:
                 search.stop()
                 break
@@ -704,6 +705,11 @@ def _replayed_as(summary: dict[str, Any]) -> str | None:
         return None
     flags = " ".join(([f"--pace {pace}"] if pace != "recorded" else []) + ([f"--max-think {cap:g}"] if cap is not None else []))
     return f"{'; '.join(said)}: it fails replayed so ({flags})"
+
+
+def _xids(sessions: Sequence[Any]) -> tuple[int, ...]:
+    """The exchanges of `sessions`, each once (every turn of a socket is on the socket's one)."""
+    return tuple(dict.fromkeys(t.xid for s in sessions for t in s.turns))
 
 
 def _on_socket(turn: Any, step: str, say: Callable[[str], None]) -> bool:

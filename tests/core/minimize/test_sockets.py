@@ -80,7 +80,8 @@ def test_a_shift_changes_the_wait_before_its_turn_and_no_other() -> None:
     # Every turn's answer moved with its request: only the wait before turn 3 changed.
     for was, now in zip(turns(messages), turns(list(cut.messages))):
         assert [m.t - was.t_request for m in was.answer] == pytest.approx([m.t - now.t_request for m in now.answer])
-    assert cut.close is not None and cut.close.t == pytest.approx(close.t - 2.5) and cut.end_shift == pytest.approx(-2.5)
+    assert cut.close is not None and cut.close.t == pytest.approx(close.t - 2.5)
+    assert cut.end_shift == pytest.approx(-2.5)
 
 
 def test_a_shift_past_the_last_kept_turn_moves_the_idle_end_alone() -> None:
