@@ -87,15 +87,11 @@ def test_an_engine_that_cuts_its_sockets_at_turn_2_is_the_server_from_turn_2(
     assert all("without a close frame" in f["detail"] for f in second), second
 
 
-def test_minimize_and_bench_say_what_they_do_not_do_with_sockets(engines: EngineFactory, mitmdumps: MitmdumpFactory,
-                                                                  tmp_path: Path, capsys: pytest.CaptureFixture) -> None:  # fmt: skip
+def test_bench_says_it_leaves_sockets_out(engines: EngineFactory, mitmdumps: MitmdumpFactory, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture) -> None:  # fmt: skip
     recording = recorded(engines, mitmdumps, tmp_path / "rec", sockets=1)
     engine = engines(*FAST)
     chain = write_chain(tmp_path / "chain.toml", engine.url, [])
-    assert cli.main(["minimize", str(recording), "--chain", str(chain), "--route", "direct", "--out",
-                     str(tmp_path / "min")]) == 2  # fmt: skip
-    err = capsys.readouterr().err
-    assert "holds 1 WebSocket session(s), which minimize does not shrink yet" in err and not (tmp_path / "min").exists()
     assert cli.main(["bench", str(recording), "--chain", str(chain), "--route", "direct", "--requests", "2",
                      "--concurrency", "1", "--out", str(tmp_path / "bench")]) == 2  # fmt: skip
     err = capsys.readouterr().err

@@ -4,6 +4,7 @@ drives one, turns continuing each other with `previous_response_id` (aiohttp's W
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -16,11 +17,13 @@ def ws_url(proc: Any) -> str:
     return proc.url.replace("http://", "ws://") + "/v1/responses"
 
 
-async def converse(url: str, turns_: int = 2, *, key: str | None = None, think: float = 0.0, proxy: str | None = None,
-                   ssl: Any = True) -> list[list[dict[str, Any]]]:  # fmt: skip
+async def converse(url: str, turns_: int = 2, *, key: str | None = None, think: float = 0.0, linger: float = 0.0,
+                   proxy: str | None = None, ssl: Any = True) -> list[list[dict[str, Any]]]:  # fmt: skip
     """One socket, `turns_` turns continuing each other, `think` seconds apart; every turn's
-    events (the last may be cut). `proxy`: an HTTP proxy to open it through (an absolute-URI
-    upgrade for ws://, CONNECT for wss://); `ssl`: aiohttp's (False: trust any certificate)."""
+    events (the last may be cut). `linger`: after the last turn the socket is left open, idle,
+    up to that many seconds, or until the other side ends it. `proxy`: an HTTP proxy to open it
+    through (an absolute-URI upgrade for an http:// URL, CONNECT for wss://); `ssl`: aiohttp's
+    (False: trust any certificate)."""
     out: list[list[dict[str, Any]]] = []
     previous = None
     async with aiohttp.ClientSession() as session:
@@ -47,4 +50,8 @@ async def converse(url: str, turns_: int = 2, *, key: str | None = None, think: 
                 if not events or events[-1]["type"] != "response.completed":
                     break
                 previous = events[-1]["response"]["id"]
+            else:
+                if linger:
+                    with contextlib.suppress(asyncio.TimeoutError):  # nothing came until the time was up
+                        await ws.receive(timeout=linger)  # the other side's close, or its cut
     return out

@@ -1,9 +1,10 @@
 """`proxycheck minimize DIR --chain F [--route via:HOP] --out DIR2`: the smallest failing recording.
 
-Delta debugging over the sessions, then the turns of a recording, then whether the sessions must
-run at once, the first failing turn's history, request size and think time, each step replayed
-over the route (`proxycheck.io.minimizer`). Without --route, the route is found first as `check`
-finds it (the culprit hop's route, or direct when the engine fails). Every replay, those locating
+Delta debugging over the sessions, then the turns of a recording (a WebSocket session kept whole,
+then cut to its first turns), then whether the sessions must run at once, the first failing
+turn's history, request size and think time, each step replayed over the route
+(`proxycheck.io.minimizer`). Without --route, the route is found first as `check` finds it (the
+culprit hop's route, or direct when the engine fails). Every replay, those locating
 the route too, waits as `--pace` and `--max-think` say. Writes an ordinary recording to --out
 with `minimized.json` (the trigger summary) in it. Exit 0 when it minimized (also when the budget
 ran out first: the result is then marked incomplete), 1 when there is no failure to minimize or
@@ -78,11 +79,6 @@ def run(args: argparse.Namespace) -> int:
     loaded = open_recording(args.directory)  # opened once: planned here, its candidates built from it
     print_warnings(loaded.warnings)
     sessions = loaded.planned
-    sockets = sum(1 for s in sessions if s.transport == "websocket")
-    if sockets:
-        # Its turns continue the socket's memory: a subset of them is another conversation, and
-        # the steps that cut a history or a body assume HTTP turns that carry theirs.
-        raise BadInput(args.directory, f"holds {sockets} WebSocket session(s), which minimize does not shrink yet")
     watchdogs = watchdogs_of(args, sessions)
     budget = Budget(replays=args.budget, seconds=args.time, start=time.monotonic())
     route, culprit = args.route, None

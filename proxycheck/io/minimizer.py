@@ -17,7 +17,9 @@ The steps, each kept only while the failure persists:
    outcomes to match) and once direct (a failure there is the engine's, not a hop's). With the
    direct route itself as the route (an engine failure), there is no clean reference to check;
 2. ddmin over sessions, then over the turns of the sessions kept (exact-mode bodies carry their
-   history, so any subset of turns stays replayable);
+   history, so any subset of turns stays replayable); a WebSocket session is one exchange there,
+   kept or dropped whole, then cut to its first turns (`socket_prefixes`: its turns are its
+   memory, so never a middle one; `proxycheck.core.minimize.sockets`);
 3. concurrency: with more than one session left, they are replayed one at a time; the failure
    going away says it needs them at once (the summary gives how many were in flight);
 4. the first failing turn's history: all its droppable messages dropped at once, else ddmin over
@@ -25,6 +27,8 @@ The steps, each kept only while the failure persists:
 5. the first failing turn's body size (`shrink_to`, bisected down from the recorded size when a
    body cut to ~512 B passes) and its think time (bisected when ~0 s passes, down from the think
    time as replayed: the cap, when it shortened it; not at all at pace fast, which waits none);
+   on a socket, the history and size steps leave its messages as recorded, the think time is the
+   wait before the failing turn, and an idle end's wait is kept (it is when the chain ended it);
 6. the last failing candidate is written to `out`, with `minimized.json`: the trigger summary.
 
 Everything is bounded by a `Budget` (replays and/or seconds); when it runs out the best failing
@@ -69,11 +73,16 @@ HINT_WAITS = 1.0  # seconds of waiting in a replay above which a "nothing remove
 
 @dataclass(frozen=True)
 class _State:
-    """A candidate recording: the original exchanges `xids`, with bodies replaced and shifts."""
+    """A candidate recording: the original exchanges `xids`, with bodies replaced and shifts; a
+    WebSocket session (one exchange) cut to its first turns (`sockets`: xid -> turns kept) and
+    the waits before its turns moved (`socket_shifts`: xid -> turn -> seconds), as
+    `proxycheck.core.minimize.sockets.cut_socket` says."""
 
     xids: tuple[int, ...]
     bodies: dict[int, bytes] = field(default_factory=dict)
     shifts: dict[int, float] = field(default_factory=dict)
+    sockets: dict[int, int] = field(default_factory=dict)
+    socket_shifts: dict[int, dict[int, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -98,8 +107,10 @@ class _Found:
         return sum(1 for o in self.observations
                    if o.t_start <= end and (o.end is None or o.t_start + o.end >= obs.t_start))  # fmt: skip
 
-    def planned_turn(self, xid: int | None) -> Any:
-        return next(t for s in self.plan for t in s.turns if t.xid == xid)
+    def planned_turn(self, obs: Any) -> Any:
+        """The planned turn `obs` observed: by its exchange and its turn number, as every turn
+        of a socket shares the socket's exchange."""
+        return next(t for s in self.plan for t in s.turns if (t.xid, t.turn) == (obs.xid, obs.turn))
 
 
 @dataclass
@@ -179,7 +190,15 @@ class _Minimizer:
         self.tries: list[int] = []  # tries spent on each candidate
         self.best: _Found | None = None
         self.complete = True
-        self.by_xid = {t.xid: (s.id, t) for s in self.original for t in s.turns}
+        # A turn is its exchange and its number: a socket's turns share the socket's exchange (and
+        # keep their numbers in a candidate, a prefix of them), an HTTP turn has its own (and is
+        # numbered again in a candidate that left turns out).
+        self.by_turn = {(t.xid, t.turn): (s.id, t) for s in self.original for t in s.turns}
+        self.by_xid = {t.xid: (s.id, t) for s in self.original if s.transport != "websocket" for t in s.turns}
+        self.all_xids = _xids(self.original)
+        # Each socket's turns (its idle end, planned as a last turn, apart): what a prefix cuts.
+        self.socket_turns = {s.turns[0].xid: [t for t in s.turns if not t.socket_end] for s in self.original
+                             if s.transport == "websocket" and not s.turns[0].handshake}  # fmt: skip
         self.labels = {s.id: s.name.label for s in self.original}  # as `proxycheck sessions` names them
 
     # ------------------------------------------------------------------------------ plumbing
@@ -206,14 +225,23 @@ class _Minimizer:
         """The candidate's plan, from the candidate recording built in memory (the original's
         exchange numbers, sessions named by the original's session headers): as replayed, think
         times capped at `max_think` (`capped` False: as the candidate recording holds them)."""
-        candidate = subset_recording(self.recording, state.xids, bodies=state.bodies, shifts=state.shifts)
+        candidate = subset_recording(self.recording, state.xids, bodies=state.bodies, shifts=state.shifts,
+                                     sockets=state.sockets, socket_shifts=state.socket_shifts)  # fmt: skip
         loaded = LoadedRecording(candidate, self.loaded.session_headers, self.loaded.session_fields,
                                  where=self.recording_dir)  # fmt: skip
         return cap_sessions(loaded.planned, self.max_think)[0] if capped else loaded.planned
 
-    def as_recorded(self, state: _State, xid: int) -> Any:
-        """The planned turn `xid` of the candidate as its recording holds it (think time not capped)."""
-        return next(t for s in self.materialize(state, capped=False) for t in s.turns if t.xid == xid)
+    def as_recorded(self, state: _State, turn: Any) -> Any:
+        """The candidate's planned `turn` as its recording holds it (think time not capped)."""
+        return next(t for s in self.materialize(state, capped=False) for t in s.turns
+                    if (t.xid, t.turn) == (turn.xid, turn.turn))  # fmt: skip
+
+    def original_turn(self, turn: Any) -> tuple[str, Any]:
+        """The session and the original's planned turn of a candidate's `turn`: a socket's idle
+        end follows its last kept turn in a candidate, and is the original's idle end."""
+        if turn.socket_end:
+            return next((s.id, t) for s in self.original for t in s.turns if t.xid == turn.xid and t.socket_end)
+        return self.by_xid[turn.xid] if turn.xid in self.by_xid else self.by_turn[(turn.xid, turn.turn)]
 
     async def test(self, state: _State, what: str, options: Any = None, keep: bool = True) -> bool | None:
         """Whether the candidate fails on the route (and not direct); None when out of budget.
@@ -243,8 +271,9 @@ class _Minimizer:
         if failed and keep:
             self.best = _Found(state, plan, failing, self.matches)
         sessions = len({s.id for s in plan})
+        turns = sum(len(s.turns) for s in plan)
         tries = f"{len(outcomes)} tries" if len(outcomes) > 1 else "1 try"
-        self.say(f"  candidate {len(self.tries)}: {what}, {sessions} session(s), {len(state.xids)} turn(s): "
+        self.say(f"  candidate {len(self.tries)}: {what}, {sessions} session(s), {turns} turn(s): "
                  f"{'fails' if failed else 'passes'}{note} ({tries}); {self._spent()}")  # fmt: skip
         return failed
 
@@ -256,7 +285,7 @@ class _Minimizer:
 
     async def run(self, out: str) -> MinimizeResult:
         self.started = start = self.now()
-        all_xids = tuple(t.xid for s in self.original for t in s.turns)
+        all_xids = self.all_xids
         plan = self.materialize(_State(all_xids))
         self.think_cut = cap_sessions(self.original, self.max_think)[1]
         if self.max_think is not None:
@@ -287,12 +316,13 @@ class _Minimizer:
         self.say(self.trials.summary())
         self.best = _Found(_State(all_xids), plan, failing, self.matches)
 
-        steps: dict[str, dict[str, Any] | None] = dict.fromkeys(("concurrency", "messages", "body_size", "think"))
+        steps: dict[str, Any] = dict.fromkeys(("socket_turns", "concurrency", "messages", "body_size", "think"))
         try:
-            await self.ddmin(list(self.original), lambda ss: _State(tuple(t.xid for s in ss for t in s.turns)),
-                             "sessions")  # fmt: skip
-            # The sessions kept are those of the last candidate seen failing (the search's best).
+            await self.ddmin(list(self.original), lambda ss: _State(_xids(ss)), "sessions")
+            # The sessions kept are those of the last candidate seen failing (the search's best). A
+            # socket is one exchange here, kept or dropped whole: its turns are cut next, as a prefix.
             await self.ddmin(list(self.best.state.xids), lambda xs: _State(tuple(xs)), "turns")
+            steps["socket_turns"] = await self.socket_prefixes()
             steps["concurrency"] = await self.one_at_a_time()
             steps["messages"] = await self.drop_messages()
             steps["body_size"] = await self.bisect_body()
@@ -320,10 +350,60 @@ class _Minimizer:
         return step.items
 
     def trigger(self) -> tuple[Any, int, Any]:
-        """The first failing observation of the best candidate, its original xid and planned turn."""
+        """The first failing observation of the best candidate, its original xid and planned turn
+        (on a socket: the turn that failed, not the socket's first)."""
         assert self.best is not None
         obs = self.best.first_failure()
-        return obs, obs.xid, self.best.planned_turn(obs.xid)
+        return obs, obs.xid, self.best.planned_turn(obs)
+
+    async def socket_prefixes(self) -> list[dict[str, Any]] | None:
+        """Each socket kept cut to its first turns, up to its failure: the turns before a turn are
+        its memory, so a prefix is all a socket can lose (`cut_socket`)."""
+        assert self.best is not None
+        sockets = [x for x in self.best.state.xids if x in self.socket_turns]
+        if not sockets:
+            return None
+        found = []
+        for xid in sockets:
+            if self.exhausted():
+                self.complete = False
+                break
+            found.append(await self.socket_prefix(xid))
+        return found
+
+    async def socket_prefix(self, xid: int) -> dict[str, Any]:
+        """The fewest first turns of socket `xid` that keep the failure. A turn of it that fails
+        needs the turns before it (its memory) and none after: its turns up to it are tried, and
+        no fewer. An idle end failing (it follows the last turn kept), or a socket kept for what
+        it does to another session: the number of turns bisected."""
+        assert self.best is not None
+        recorded = len(self.socket_turns[xid])
+        session, _ = self.by_turn[(xid, 1)]
+        label = self.labels[session]
+        failing = [self.best.planned_turn(o) for o in self.best.observations if o.xid == xid and self.matches(o)]
+        failed_at = min((t.turn for t in failing if not t.socket_end), default=None)
+
+        def at(k: int) -> _State:
+            state = self.best.state  # type: ignore[union-attr]
+            return replace(state, sockets={**state.sockets, xid: k})
+
+        kept = recorded
+        if failed_at is not None:
+            if failed_at < recorded:
+                failed = await self.test(at(failed_at), f"socket {label}: its first {failed_at} of {recorded} turns")
+                kept = failed_at if failed else recorded
+        else:
+            search = Bisect(0, recorded, integer=True, budget=self.budget)
+            while (value := search.next(now=self.now())) is not None:
+                failed = await self.test(at(int(value)), f"socket {label}: its first {int(value)} of {recorded} turns")
+                if failed is None:
+                    search.stop()
+                    break
+                search.result(value, failed)
+            kept = int(search.value)
+            self.complete &= search.reason == "converged"
+        self.say(f"socket {self.labels[session]}: turns {recorded} -> {kept}; {self._spent()}")
+        return {"session": session, "label": self.labels[session], "xid": xid, "before": recorded, "after": kept}
 
     async def one_at_a_time(self) -> dict[str, Any] | None:
         """With several sessions left: whether the failure needs them at once."""
@@ -346,13 +426,15 @@ class _Minimizer:
         assert self.best is not None
         _, xid, turn = self.trigger()
         state, body = self.best.state, turn.body
+        if _on_socket(turn, "history: not cut", self.say):
+            return None
         units = message_units(body)
         if not units or self.exhausted():
             return None
 
         def make(kept: Sequence[tuple[int, ...]]) -> _State | None:
             cut = drop_units(body, [u for u in units if u not in kept])
-            return None if cut is None else _State(state.xids, {**state.bodies, xid: cut}, state.shifts)
+            return None if cut is None else replace(state, bodies={**state.bodies, xid: cut})
 
         bare = make(())
         failed = None if bare is None else await self.test(bare, "no droppable message")
@@ -370,10 +452,12 @@ class _Minimizer:
         assert self.best is not None
         _, xid, turn = self.trigger()
         state, body = self.best.state, turn.body
+        if _on_socket(turn, "request body: not cut", self.say):
+            return None
         small = _smallest(body)
         if small is None or len(small) >= len(body) or self.exhausted():
             return None
-        failed = await self.test(_State(state.xids, {**state.bodies, xid: small}, state.shifts),
+        failed = await self.test(replace(state, bodies={**state.bodies, xid: small}),
                                  f"request body cut to {len(small)} B")  # fmt: skip
         if failed is None:
             return None
@@ -387,7 +471,7 @@ class _Minimizer:
             if cut is None:
                 search.result(value, False)
                 continue
-            failed = await self.test(_State(state.xids, {**state.bodies, xid: cut}, state.shifts),
+            failed = await self.test(replace(state, bodies={**state.bodies, xid: cut}),
                                      f"request body cut to {len(cut)} B")  # fmt: skip
             if failed is None:
                 search.stop()
@@ -407,19 +491,31 @@ class _Minimizer:
         assert self.best is not None
         _, xid, turn = self.trigger()
         think = turn.backoff if turn.attempt > 1 else turn.think_time  # a retry waits its backoff
+        if turn.socket_end:
+            # Not a wait of the client's: when the chain ended the socket, which the replay watches
+            # for (with a margin). Shortened, the recording would claim an earlier end than the
+            # chain made, and the margin could still catch the chain's own.
+            self.say("think time: not bisected (the failure is a socket's idle end: its wait is when the chain "
+                     "ended it, kept as recorded)")  # fmt: skip
+            return None
         if not think or think < THINK_MIN or self.exhausted():
             return None
         if pace_factor(self.options.pace) == 0:
             self.say("think time: not bisected (at pace fast no think time is waited)")
             return None
         state = self.best.state
-        base = state.shifts.get(xid, 0.0)
-        held = self.as_recorded(state, xid)
+        held = self.as_recorded(state, turn)
         recorded = held.backoff if held.attempt > 1 else held.think_time  # what the candidate recording holds
+        on_socket = turn.xid in self.socket_turns
+        moves = state.socket_shifts.get(xid, {})
+        base = moves.get(turn.turn, 0.0) if on_socket else state.shifts.get(xid, 0.0)
 
         def at(seconds: float) -> _State:
             # A shift moves the request from where the recording holds it: from `recorded`, not the cap.
-            return _State(state.xids, state.bodies, {**state.shifts, xid: base + seconds - recorded})
+            shift = base + seconds - recorded
+            if on_socket:  # the wait before this turn of the socket (or before its idle end), and no other
+                return replace(state, socket_shifts={**state.socket_shifts, xid: {**moves, turn.turn: shift}})
+            return replace(state, shifts={**state.shifts, xid: shift})
 
         failed = await self.test(at(0.0), "no think time")
         if failed is None:
@@ -446,14 +542,16 @@ class _Minimizer:
         search's: it leaves the recording as it was)."""
         assert self.best is not None
         state = self.best.state
-        return set(state.xids) != set(self.by_xid) or bool(state.bodies) or any(state.shifts.values())
+        cut = any(k < len(self.socket_turns[x]) for x, k in state.sockets.items())
+        moved = any(v for m in state.socket_shifts.values() for v in m.values())
+        return set(state.xids) != set(self.all_xids) or bool(state.bodies) or any(state.shifts.values()) or cut or moved
 
     def finish(self, out: str, start: float, steps: dict[str, dict[str, Any] | None]) -> MinimizeResult:
         assert self.best is not None and self.trials is not None
         best = self.best
         obs, xid, turn = self.trigger()
-        session, original_turn = self.by_xid[xid]
-        held = self.as_recorded(best.state, xid)  # the trigger as the result holds it: its think time not capped
+        session, original_turn = self.original_turn(turn)
+        held = self.as_recorded(best.state, turn)  # the trigger as the result holds it: its think time not capped
         removed = self.removed()
         if self.interrupted:
             self.say("interrupted: keeping the smallest failing candidate so far" if removed
@@ -461,9 +559,10 @@ class _Minimizer:
         if removed:
             make_dirs(out)  # 0700, and so is each parent it creates
             write_subset(self.recording, best.state.xids, out, bodies=best.state.bodies, shifts=best.state.shifts,
-                         source={"minimized_for": self.route.name})  # fmt: skip
-        kept = [{"session": self.by_xid[x][0], "label": self.labels[self.by_xid[x][0]], "turn": self.by_xid[x][1].turn,
-                 "xid": x} for x in best.state.xids]  # fmt: skip
+                         source={"minimized_for": self.route.name}, sockets=best.state.sockets,
+                         socket_shifts=best.state.socket_shifts)  # fmt: skip
+        kept = [{"session": s, "label": self.labels[s], "turn": t.turn, "xid": t.xid}
+                for s, t in (self.original_turn(p) for one in best.plan for p in one.turns)]  # fmt: skip
         summary: dict[str, Any] = {
             "schema": SCHEMA,
             "recording": str(self.recording_dir),
@@ -474,7 +573,7 @@ class _Minimizer:
             "removed": removed,
             "matched": "any failure" if self.any_failure else sorted(o.value for o in self.kinds),
             "sessions": {"before": len(self.original), "after": len({k["session"] for k in kept})},
-            "turns": {"before": len(self.by_xid), "after": len(kept)},
+            "turns": {"before": len(self.by_turn), "after": len(kept)},
             "kept": kept,
             "trigger": {
                 "session": session,
@@ -495,6 +594,8 @@ class _Minimizer:
                 "events": len(obs.events),
                 "content_events": sum(1 for e in obs.events if e.kind == "content"),
                 "in_flight": best.in_flight(obs),
+                "transport": "websocket" if turn.method == "WS" else "http",
+                **self.socket_of(turn),
             },
             **steps,
             "trials": {
@@ -517,6 +618,16 @@ class _Minimizer:
             return MinimizeResult(str(out), self.complete, summary, self.interrupted, removed=False, reason=reason)
         write_file(Path(out) / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")  # 0600, as the recording
         return MinimizeResult(str(out), self.complete, summary, self.interrupted)
+
+    def socket_of(self, turn: Any) -> dict[str, Any]:
+        """For a socket's turn: the socket's turns before and after, and whether the turn is its
+        idle end (replayed as the wait after its last kept turn)."""
+        if turn.xid not in self.socket_turns:
+            return {}
+        assert self.best is not None
+        after = sum(1 for s in self.best.plan for t in s.turns if t.xid == turn.xid and not t.socket_end)
+        return {"socket": {"turns": {"before": len(self.socket_turns[turn.xid]), "after": after},
+                           "idle_end": turn.socket_end}}  # fmt: skip
 
     def nothing_removed(self) -> str:
         """Why the best failing candidate is the whole input, and what to try (one line's words)."""
@@ -549,7 +660,7 @@ class _Minimizer:
     def _hints(self) -> list[str]:
         """What would let the search go further: not waiting what the replays wait, or a larger budget."""
         pace = self.options.pace
-        plan = self.materialize(_State(tuple(self.by_xid)))
+        plan = self.materialize(_State(self.all_xids))
         hints = []
         if pace != "fast":
             waits = max((start_delay(s, pace) + sum(think_delay(t, pace) for t in s.turns) for s in plan), default=0.0)
@@ -596,6 +707,20 @@ def _replayed_as(summary: dict[str, Any]) -> str | None:
     return f"{'; '.join(said)}: it fails replayed so ({flags})"
 
 
+def _xids(sessions: Sequence[Any]) -> tuple[int, ...]:
+    """The exchanges of `sessions`, each once (every turn of a socket is on the socket's one)."""
+    return tuple(dict.fromkeys(t.xid for s in sessions for t in s.turns))
+
+
+def _on_socket(turn: Any, step: str, say: Callable[[str], None]) -> bool:
+    """Whether the failing turn is a socket's (its message is the turn's new input; the history
+    is in the socket's memory): the history and body steps leave it as recorded, and say so."""
+    if turn.method != "WS":
+        return False
+    say(f"{step} (a WebSocket turn's message is kept as recorded)")
+    return True
+
+
 def _messages(units: Sequence[tuple[int, ...]]) -> int:
     return sum(len(u) for u in units)
 
@@ -636,14 +761,18 @@ def describe(summary: dict[str, Any]) -> list[str]:
         + ("" if summary["complete"] else
            " (interrupted: not minimal)" if summary.get("interrupted") else " (budget ran out: not minimal)"),
         f"trigger: {t.get('label', t['session'])} {attempt_text(t['turn'], t.get('attempt', 1), t.get('attempts', 1))}: "
-        f"{t['request_bytes']} B request "
-        f"(recorded {t['recorded_request_bytes']} B), think time before it {think}",
+        + (f"the socket's idle end, {think} after its last turn kept"
+           if (t.get("socket") or {}).get("idle_end") else
+           f"{t['request_bytes']} B request (recorded {t['recorded_request_bytes']} B), think time before it {think}"),
         f"outcome over {summary['route']}: {t['outcome']}" + (f" ({t['detail']})" if t["detail"] else "")
         + f" after {t['events']} event(s), {t['content_events']} with content",
     ]  # fmt: skip
     culprit = summary.get("culprit")
     if culprit:
         lines.insert(0, f"route {summary['route']}: {culprit['says']}")
+    for one in summary.get("socket_turns") or ():
+        lines.append(f"WebSocket session {one['label']}: turns {one['before']} -> {one['after']} (its first "
+                     f"{one['after']} kept: a socket's turns are its memory)")  # fmt: skip
     waited = _replayed_as(summary)
     if waited:
         lines.append(waited)

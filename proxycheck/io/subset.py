@@ -11,6 +11,9 @@ arrival times, connection facts, errors and interruptions), optionally with some
 replaced (a shortened message) and think times changed (`think`: an exchange's request moved so
 that it comes that many seconds after the previous kept exchange of its session ended). The
 result is usable by everything that reads recordings: replay, check, engine --replay, export.
+A WebSocket session (one exchange) is copied whole, or cut to its first turns (`sockets`: how
+many turns of a socket to keep) with waits between its turns changed (`socket_shifts`), as
+`proxycheck.core.minimize.sockets.cut_socket` says; other exchanges do not move with those.
 
 Times keep their offsets from the original's start, so sessions keep their recorded start
 offsets relative to each other. What was redacted stays redacted: a redaction marker is written
@@ -24,6 +27,7 @@ from collections import ChainMap
 from dataclasses import replace
 from typing import Iterable, Mapping
 
+from proxycheck.core.minimize.sockets import cut_socket
 from proxycheck.core.recording.bodies import split_body
 from proxycheck.core.recording.journal import DATA_RECORD_MAX, RecordedExchange, what_is_not_recorded
 from proxycheck.core.recording.redact import REDACTED_TEXT, Redacted, RedactionPolicy, redact_body
@@ -37,14 +41,16 @@ def subset_recording(
     *,
     bodies: Mapping[int, bytes] | None = None,
     shifts: Mapping[int, float] | None = None,
+    sockets: Mapping[int, int] | None = None,
+    socket_shifts: Mapping[int, Mapping[int, float]] | None = None,
 ) -> Recording:
     """The recording `write_subset` would write, in memory: the exchanges `xids` (keeping their
-    numbers), `bodies` and `shifts` as there."""
+    numbers), `bodies`, `shifts`, `sockets` and `socket_shifts` as there."""
     keep = set(xids)
     moved = _offsets(recording.exchanges, shifts or {})
     pieces: dict[str, bytes] = {}
     exchanges = [
-        _shifted(x, moved.get(x.xid, 0.0), (bodies or {}).get(x.xid), pieces)
+        _shifted(_socket_cut(x, sockets, socket_shifts), moved.get(x.xid, 0.0), (bodies or {}).get(x.xid), pieces)
         for x in recording.exchanges
         if x.xid in keep
     ]
@@ -94,13 +100,16 @@ def write_subset(
     bodies: Mapping[int, bytes] | None = None,
     shifts: Mapping[int, float] | None = None,
     source: Mapping[str, object] | None = None,
+    sockets: Mapping[int, int] | None = None,
+    socket_shifts: Mapping[int, Mapping[int, float]] | None = None,
 ) -> int:
     """Write the exchanges `xids` of `recording` to the new recording `out`; how many. `bodies`
     replaces request bodies by xid; `shifts` moves an exchange (request, response and end) by
     that many seconds, and every later exchange of the recording with it, so think times change
-    where the caller says and nowhere else."""
+    where the caller says and nowhere else. `sockets` keeps a WebSocket session's first turns
+    (xid -> how many), `socket_shifts` moves its turns (xid -> turn -> seconds): `cut_socket`."""
     keep = set(xids)
-    chosen = [x for x in recording.exchanges if x.xid in keep]
+    chosen = [_socket_cut(x, sockets, socket_shifts) for x in recording.exchanges if x.xid in keep]
     moved = _offsets(recording.exchanges, shifts or {})
     redacted = {name.lower() for x in chosen for name, value in x.request_headers if isinstance(value, Redacted)}
     result = ImportResult(
@@ -110,6 +119,21 @@ def write_subset(
         redacted_headers=redacted,
     )
     return write_recording(out, result)
+
+
+def _socket_cut(x: RecordedExchange, sockets: Mapping[int, int] | None,
+                shifts: Mapping[int, Mapping[int, float]] | None) -> RecordedExchange:  # fmt: skip
+    """`x` with its socket cut to the turns kept and its waits moved (`cut_socket`); `x` itself
+    when it is no socket, or one kept whole as recorded."""
+    keep, moves = (sockets or {}).get(x.xid), (shifts or {}).get(x.xid)
+    if not (x.ws or x.ws_close is not None) or (keep is None and not moves):
+        return x
+    cut = cut_socket(x.ws, x.ws_close, keep=keep, shifts=moves)
+
+    def at(t: float | None) -> float | None:
+        return None if t is None else round(t + cut.end_shift, 6)
+
+    return replace(x, ws=cut.messages, ws_close=cut.close, t_end=at(x.t_end), t_error=at(x.t_error))
 
 
 def _offsets(exchanges: list[RecordedExchange], shifts: Mapping[int, float]) -> dict[int, float]:
