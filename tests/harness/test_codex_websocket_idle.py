@@ -26,6 +26,8 @@ What Codex 0.171 did, run after run:
   turn after a socket's last answer (its idle end, replayed as a last turn of the socket:
   `PlannedTurn.socket_end`), advice `ws_idle_cut` (proxy_read_timeout). The direct route keeps
   every socket open as long: clean.
+* **`minimize`** over that route shrinks it to one socket's first turns and its idle end (Codex's
+  warm-up and nginx's cut after it, here), which still fails through nginx.
 * **The same chain fixed** (`proxy_read_timeout 60s`): no route fails. The recording holds the
   cuts as failures, so the verdict of a clean replay is `not-reproduced` (exit 0, the regression
   replay's clean result), every route clean.
@@ -155,8 +157,7 @@ def test_with_nginx_fixed_no_route_fails(cut_run: HarnessRun, engine: Managed, t
     assert all(r["failures"] == 0 and r["exchanges"] for r in verdict["routes"]), verdict["routes"]
 
 
-@pytest.mark.xfail(reason="minimize over sockets is being built", strict=False)
-def test_minimize_keeps_a_socket_up_to_its_idle_cut(cut_run: HarnessRun, engine: Managed, cutting: Proxy,
+def test_minimize_shrinks_it_to_a_socket_up_to_its_idle_cut(cut_run: HarnessRun, engine: Managed, cutting: Proxy,
                                                     tmp_path: Path) -> None:  # fmt: skip
     ended_well(cut_run)
     out = tmp_path / "min"
@@ -169,4 +170,13 @@ def test_minimize_keeps_a_socket_up_to_its_idle_cut(cut_run: HarnessRun, engine:
     # A socket keeps its turns from its first up to the failure: its last answered turn, then the cut.
     cut = [x for x in kept if x.error == "server disconnected"]
     assert cut and all(turns(x.ws) and turns(x.ws)[-1].terminal == "response.completed" for x in cut), cut
-    assert (out / "minimized.json").exists()
+    summary = json.loads((out / "minimized.json").read_text())
+    trigger = summary["trigger"]
+    # The failure kept is a socket's idle end, the cut nginx made; fewer turns and sockets than recorded.
+    assert trigger["outcome"] == "reset" and trigger["socket"]["idle_end"] and "while it sat idle" in trigger["detail"]
+    assert summary["turns"]["after"] < summary["turns"]["before"], summary["turns"]
+    assert summary["sessions"]["after"] < summary["sessions"]["before"], summary["sessions"]
+    # The minimized recording still fails through nginx at that idle end, and direct stays clean.
+    (tmp_path / "again").mkdir()
+    done, verdict = check_verdict(out, chain(tmp_path, engine, cutting), tmp_path / "again")
+    assert done.returncode == 1 and (verdict["verdict"], verdict["culprit"]) == ("proxy", "nginx"), verdict["summary"]
