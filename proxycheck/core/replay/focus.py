@@ -166,28 +166,34 @@ def _through_attempts(session: PlannedSession, index: int) -> int:
 # Think times
 
 
-def failure_context(sessions: Sequence[PlannedSession], cap: float) -> frozenset[int]:
-    """The turns (xids) whose think time a replay keeps over `cap`: each failed turn after an idle
+def turn_key(turn: PlannedTurn) -> tuple[int, int]:
+    """A planned turn told apart from every other: its exchange and its number (every turn of a
+    WebSocket session shares the socket's exchange)."""
+    return (turn.xid, turn.turn)
+
+
+def failure_context(sessions: Sequence[PlannedSession], cap: float) -> frozenset[tuple[int, int]]:
+    """The turns (`turn_key`s) whose think time a replay keeps over `cap`: each failed turn after an idle
     gap longer than the cap and the turn before it; with other sessions in flight at the failure,
     every turn up to it of its session and of those sessions (see the module docstring)."""
-    keep: set[int] = set()
+    keep: set[tuple[int, int]] = set()
     for session in sessions:
         for i, turn in enumerate(session.turns):
             if not turn.recorded.outcome.is_failure:
                 continue
             for j in (i, i - 1):
                 if j >= 0 and turn_wait(session.turns[j]) > cap:
-                    keep.add(session.turns[j].xid)
+                    keep.add(turn_key(session.turns[j]))
             companions = in_flight_with(sessions, session, turn)
             if companions:
-                keep.update(t.xid for t in session.turns[: i + 1])
+                keep.update(turn_key(t) for t in session.turns[: i + 1])
                 for other, _, upto in companions:
-                    keep.update(t.xid for t in other.turns[: upto + 1])
+                    keep.update(turn_key(t) for t in other.turns[: upto + 1])
     return frozenset(keep)
 
 
 def cap_think_times(sessions: Iterable[PlannedSession], cap: float | None,
-                    keep: Collection[int] = frozenset(), *, protected: bool = True) -> tuple[list[PlannedSession], ThinkCut]:  # fmt: skip
+                    keep: Collection[tuple[int, int]] = frozenset(), *, protected: bool = True) -> tuple[list[PlannedSession], ThinkCut]:  # fmt: skip
     """`sessions` with every think time over `cap` shortened to it, except the turns in `keep`;
     and what that did. `cap` None: unchanged. `protected` only says, for the report, whether
     `keep` held the failures' context or the caller capped them too."""
@@ -201,7 +207,7 @@ def cap_think_times(sessions: Iterable[PlannedSession], cap: float | None,
         turns = []
         for turn in session.turns:
             wait = turn_wait(turn)
-            if wait > cap and turn.xid in keep:
+            if wait > cap and turn_key(turn) in keep:
                 kept += 1
                 longest = max(longest, wait)
             elif wait > cap:
@@ -383,7 +389,7 @@ def plan_passes(sessions: Sequence[PlannedSession], *, full: bool = False, max_t
     protect = cap is None
     cap = AUTO_MAX_THINK if cap is None else cap
 
-    def capped(chosen: Sequence[PlannedSession], keep: frozenset[int]) -> tuple[list[PlannedSession], ThinkCut]:
+    def capped(chosen: Sequence[PlannedSession], keep: frozenset[tuple[int, int]]) -> tuple[list[PlannedSession], ThinkCut]:
         out, cut = cap_think_times(chosen, cap, keep, protected=protect)
         return compact_starts(out, min(cap, START_GAP)), cut
 

@@ -168,6 +168,15 @@ def test_a_failure_after_idle_keeps_its_idle_and_the_turn_before_keeps_its_own()
     assert "2 kept for the failures after idle (up to 60.0 s)" in cut.text()
 
 
+def test_a_socket_keeps_the_idle_of_its_failing_turn_only() -> None:
+    # Every turn of a WebSocket session shares the socket's exchange: told apart by their number,
+    # the long think before turn 2 is shortened, the idle before the failure kept.
+    s = session("a", 0, [(0, 1, OK), (40, 1, OK), (50, 1, OK), (60, 2, STALL)])
+    s = replace(s, turns=tuple(replace(t, xid=7) for t in s.turns), transport="websocket")
+    out, cut = cap_think_times([s], 1.0, failure_context([s], 1.0))
+    assert thinks(out[0]) == [None, 1.0, 50, 60] and cut.kept == 2 and cut.shortened == 1
+
+
 def test_a_failure_without_idle_keeps_nothing() -> None:
     s = session("a", 0, [(0, 1, OK), (40, 1, OK), (0.5, 1, OK), (0.2, 2, STALL)])
     assert failure_context([s], 1.0) == frozenset()
