@@ -21,7 +21,9 @@ here (`run_socket`), with the same context (route, run, alarms, sink) it gives a
   ("the socket was closed by the server (1001) 12.3 s into the wait before this turn").
 * After a failure the socket is done with (a watchdog's cut, a close): the turns left are not
   sent (they continue the socket's memory, which no other socket has) and each is observed as
-  failed for that reason, so the run holds every turn and a route fails from the turn that broke.
+  failed for that reason, so the run holds every turn and a route fails from the turn that broke;
+  with `--on-fail stop-session` (and in a bench) the socket ends at its failed turn, as an HTTP
+  session does, and the turns left are neither sent nor observed.
 * The socket's end while idle: where the recording shows the chain closing or cutting the socket
   after its last turn (a hop's idle timeout), the plan adds that end as a last turn with nothing
   to send (`PlannedTurn.socket_end`); the replay watches the socket as long (and half again: a
@@ -133,6 +135,7 @@ async def run_socket(session: PlannedSession, ctx: Any, start_at: float | None, 
     gives a turn's request headers as the replayer builds them; `observed(obs, turn, result)`
     hands an observation on (keys, sink, listener) as the replayer does for HTTP."""
     ids = SocketIds()
+    stop_at_failure = ctx.options.on_fail == "stop-session"
     first = session.turns[0]
     url = ws_url(ctx.route.url_for(first.url))
     headers = handshake_headers(headers_for(first).items())
@@ -161,6 +164,8 @@ async def run_socket(session: PlannedSession, ctx: Any, start_at: float | None, 
                 if obs.outcome is Outcome.OK:
                     obs = replace(obs, detail="the upgrade was agreed to (101)", status=101)
                 observed(obs, turn, None)
+                if obs.outcome.is_failure and stop_at_failure:
+                    return
                 continue
             if turn.socket_end:
                 if ended is None and sock is not None and prev_end is not None:
@@ -199,6 +204,8 @@ async def run_socket(session: PlannedSession, ctx: Any, start_at: float | None, 
                 ended = f"the socket was given up after turn {turn.turn} failed ({obs.outcome.value})"
             if result is not None and turn.recorded.result is not None:
                 ids.record(turn.recorded.result.response_id, result.response_id)
+            if obs.outcome.is_failure and stop_at_failure:
+                return
     finally:
         if sock is not None:
             await asyncio.shield(sock.close())
