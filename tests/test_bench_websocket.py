@@ -220,3 +220,20 @@ def test_an_answer_streaming_longer_than_the_stall_watchdog_is_not_cut_but_a_sil
     run = load_run(tmp_path / "silent")
     assert [(o.turn, o.outcome.value) for o in sorted(run.observations, key=lambda o: o.t_start)] == [
         (1, "ok"), (2, "stall_mid_stream")]  # fmt: skip
+
+
+def test_replay_with_stop_session_ends_a_socket_at_its_failed_turn(
+    setup: Setup, module_engines: EngineFactory, tmp_path: Path
+) -> None:
+    # The rule a bench's socket follows, as `replay --on-fail stop-session` states it: the turns
+    # after the failed one are neither sent nor observed (without it they are observed, not sent).
+    engine = module_engines(*FAST, "--fault", "close:after=3,from_turn=2")
+    chain = write_chain(tmp_path / "chain.toml", engine.url, [])
+    seen = {}
+    for on_fail in ("continue", "stop-session"):
+        out = tmp_path / on_fail
+        assert cli.main(["replay", str(setup.sockets), "--chain", str(chain), "--route", "direct", "--pace", "fast",
+                         "--on-fail", on_fail, "--out", str(out)]) == 1  # fmt: skip
+        seen[on_fail] = sorted((o.turn, o.outcome.value) for o in load_run(out).observations)
+    assert seen["continue"] == [(1, "ok"), (1, "ok"), (2, "reset"), (2, "reset"), (3, "reset"), (3, "reset")]
+    assert seen["stop-session"] == [(1, "ok"), (1, "ok"), (2, "reset"), (2, "reset")]
