@@ -211,15 +211,17 @@ def test_an_answer_streaming_longer_than_the_stall_watchdog_is_not_cut_but_a_sil
                             "--stall-timeout", "0.4")  # fmt: skip
     assert status == 0 and summary["failures"] == {}, summary
     assert summary["e2e"]["p50"] > 0.4  # the answers did outlast the watchdog
-    # An engine that goes silent mid-answer from turn 2: cut by the watchdog, counted as a stall.
-    silent = module_engines(*FAST, "--fault", "stall:after=6,from_turn=2,seconds=30")
-    chain = write_chain(tmp_path / "silent.toml", silent.url, [])
-    status, summary = bench(setup.sockets, chain, tmp_path / "silent", "--concurrency", "1", "--requests", "2",
-                            "--stall-timeout", "0.5")  # fmt: skip
-    assert status == 1 and summary["failures"] == {"stall_mid_stream": 1}, summary
-    run = load_run(tmp_path / "silent")
-    assert [(o.turn, o.outcome.value) for o in sorted(run.observations, key=lambda o: o.t_start)] == [
-        (1, "ok"), (2, "stall_mid_stream")]  # fmt: skip
+    # An engine that goes silent from turn 2, mid-answer or before its first event (the receive
+    # the wait between turns left pending): cut by the watchdog, counted as that stall.
+    for after, stall in ((6, "stall_mid_stream"), (0, "stall_before_first_event")):
+        silent = module_engines(*FAST, "--fault", f"stall:after={after},from_turn=2,seconds=30")
+        chain = write_chain(tmp_path / f"silent{after}.toml", silent.url, [])
+        status, summary = bench(setup.sockets, chain, tmp_path / f"silent{after}", "--concurrency", "1",
+                                "--requests", "2", "--stall-timeout", "0.5")  # fmt: skip
+        assert status == 1 and summary["failures"] == {stall: 1}, summary
+        run = load_run(tmp_path / f"silent{after}")
+        assert [(o.turn, o.outcome.value) for o in sorted(run.observations, key=lambda o: o.t_start)] == [
+            (1, "ok"), (2, stall)]  # fmt: skip
 
 
 def test_replay_with_stop_session_ends_a_socket_at_its_failed_turn(

@@ -37,8 +37,8 @@ with `requests`, when that many measured requests (turns) have been sent and hav
 Past one process: a shard (`shard_share`) runs its part of the load — its share of the
 concurrency, rate and requests, its own arrival seed, and its own starting point in the request
 cycle, so shards do not send the same request at the same moment — from a common wall-clock
-start (`start_at`). Sockets shard as requests do (the cycle is of units). `proxycheck merge` (or `bench --workers N`, which runs N shards on this
-machine) puts the shards' runs back together.
+start (`start_at`); sockets shard as requests do (the cycle is of units). `proxycheck merge` (or
+`bench --workers N`, which runs N shards on this machine) puts the shards' runs back together.
 """
 
 from __future__ import annotations

@@ -90,13 +90,10 @@ class _Socket:
         """The next message of an answer, or None when the answer's watchdog fired first
         (`deadline`): the socket is given up. A receive left pending by a think time is taken
         first."""
-        if self._pending is not None:
-            done, _ = await asyncio.wait({self._pending}, timeout=deadline.left())
-            if not done:
-                return None
-            message, self._pending = self._pending.result(), None
-            return message
         try:
+            if self._pending is not None:
+                pending, self._pending = self._pending, None
+                return await pending  # a cancel cancels it too: the socket is given up
             return await self.ws.receive()
         except asyncio.CancelledError:
             if deadline.fired and deadline.task.uncancel() == 0:  # the watchdog's, not a Ctrl-C
@@ -315,10 +312,6 @@ class _Deadline:
         if wait is not None and wait.at < self.at:
             self._set(wait.at)
 
-    def left(self) -> float | None:
-        wait = self.machine.wait
-        return None if wait is None else max(0.0, wait.at - time.monotonic())
-
     def _set(self, at: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -382,7 +375,9 @@ _TEXT, _BINARY = aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY
 
 def _is_error_event(text: str) -> bool:
     """An `error` event, which ends a turn on a socket (the socket stays open)."""
-    return text.find('"error"', 0, 64) >= 0 and WsMessage(0.0, False, text.encode("utf-8", "surrogateescape")).type == "error"
+    if text.find('"error"', 0, 64) < 0:  # no slice made: this runs on every message
+        return False
+    return WsMessage(0.0, False, text.encode("utf-8", "surrogateescape")).type == "error"
 
 
 def _closed_words(ws: aiohttp.ClientWebSocketResponse) -> str:
