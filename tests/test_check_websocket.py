@@ -1,6 +1,7 @@
 """`check` on WebSocket sessions (the Responses API's WebSocket mode): recorded through the recorder
 from a client driving one socket per session, replayed one socket per recorded socket, direct and
-through a mitmdump hop, and judged turn by turn as HTTP turns are.
+through a mitmdump hop, and judged turn by turn as HTTP turns are (`bench` over sockets:
+tests/test_bench_websocket.py).
 
 What a user sees: a healthy chain is `healthy` with every turn of every socket observed on every
 route (the later turns continue the live responses: the recorded ids mapped); an engine that cuts
@@ -87,16 +88,6 @@ def test_an_engine_that_cuts_its_sockets_at_turn_2_is_the_server_from_turn_2(
     assert all("without a close frame" in f["detail"] for f in second), second
 
 
-def test_bench_says_it_leaves_sockets_out(engines: EngineFactory, mitmdumps: MitmdumpFactory, tmp_path: Path,
-                                          capsys: pytest.CaptureFixture) -> None:  # fmt: skip
-    recording = recorded(engines, mitmdumps, tmp_path / "rec", sockets=1)
-    engine = engines(*FAST)
-    chain = write_chain(tmp_path / "chain.toml", engine.url, [])
-    assert cli.main(["bench", str(recording), "--chain", str(chain), "--route", "direct", "--requests", "2",
-                     "--concurrency", "1", "--out", str(tmp_path / "bench")]) == 2  # fmt: skip
-    err = capsys.readouterr().err
-    assert "1 WebSocket session(s) left out: bench sends HTTP requests only" in err
-    assert "no LLM requests to send over HTTP" in err
 
 
 def test_a_hop_cutting_sockets_mid_answer_is_named_at_its_first_failing_turn(

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from proxycheck.commandline.common import (
     load_sessions,
@@ -35,6 +35,7 @@ from proxycheck.commandline.flags import add_watchdog_flags, watchdogs_of
 from proxycheck.core.bench.perf import SLO, parse_slo, steady_state
 from proxycheck.core.errors import EXIT_FAULT, EXIT_INTERRUPTED, EXIT_OK, BadInput
 from proxycheck.core.exchange.observation import Observation
+from proxycheck.core.replay.plan import PlannedSession
 from proxycheck.io.benchrun import BENCH_KEY, bench_doc, merge_runs
 from proxycheck.io.inputs import check_out, check_tls, load_chain
 from proxycheck.io.outputs import check_outputs, open_private, write_file
@@ -42,7 +43,7 @@ from proxycheck.io.runstore import RunWriter, options_doc
 from proxycheck.report.bench_view import render_bench
 
 if TYPE_CHECKING:  # io.bench loads aiohttp: imported in `run`, off the start-up path of other commands
-    from proxycheck.io.bench import BenchOptions
+    from proxycheck.io.bench import BenchOptions, Unit
 
 DEFAULT_DURATION = 60.0
 WORKERS_START = 2.0  # seconds for the workers to start (imports take ~1 s), plus WORKER_START each
@@ -102,7 +103,7 @@ def _shard(text: str) -> tuple[int, int]:
 
 def run(args: argparse.Namespace) -> int:
     # io.bench loads aiohttp: imported when a bench runs, not at every command's start.
-    from proxycheck.io.bench import BenchOptions, bench, request_cycle, shard_share
+    from proxycheck.io.bench import BenchOptions, bench, load_units, shard_share
 
     if args.concurrency is None and args.rate is None:
         raise BadInput("--concurrency", "give --concurrency C (closed loop) or --rate L (open loop)")
@@ -119,13 +120,11 @@ def run(args: argparse.Namespace) -> int:
     route = chain.route(args.route)
     check_tls([route])
     sessions = load_sessions(args.directory)
-    sockets = [s for s in sessions if s.transport == "websocket"]
-    if sockets:  # a load of independent requests: a socket's turns are not that
-        print_warnings([f"{args.directory}: {len(sockets)} WebSocket session(s) left out: bench sends HTTP requests only"])
-        sessions = [s for s in sessions if s.transport != "websocket"]
-    turns = request_cycle(sessions)
-    if not turns:
-        raise BadInput(args.directory, "no LLM requests to send" + (" over HTTP" if sockets else ""))
+    units, bare = load_units(sessions)
+    if bare:
+        print_warnings([f"{args.directory}: {bare} WebSocket upgrade(s) without a turn left out: no request to send"])
+    if not units:
+        raise BadInput(args.directory, "no LLM requests to send")
     options = BenchOptions(
         watchdogs=watchdogs_of(args, sessions, patience=False), concurrency=args.concurrency, rate=args.rate,
         burstiness=args.burstiness, duration=args.duration, requests=args.requests, warmup=args.warmup,
@@ -136,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     whole = options
     if args.shard is not None:
         try:
-            options = shard_share(options, args.shard[0] - 1, args.shard[1], len(turns))
+            options = shard_share(options, args.shard[0] - 1, args.shard[1], len(units))
         except ValueError as exc:
             raise BadInput("--shard", str(exc)) from None
     doc = _options_doc(args, options)
@@ -145,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
                        started_at=args.start_at)  # fmt: skip
     load = _describe_load(options)
     part = f" (shard {args.shard[0]}/{args.shard[1]})" if args.shard else ""
-    print(f"proxycheck: bench {route.name}{part}: {load}, {len(turns)} recorded request(s) cycled", file=sys.stderr)
+    print(f"proxycheck: bench {route.name}{part}: {load}, {_describe_units(units)} cycled", file=sys.stderr)
     observations: list[Observation] = []
 
     def sink(obs: Observation) -> None:
@@ -153,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         observations.append(obs)
 
     with writer:  # the load's own Ctrl-C ends it early (result.interrupted); the run is kept either way
-        result = asyncio.run(bench(turns, route, options, writer.run_id, sink, start_at=args.start_at))
+        result = asyncio.run(bench(units, route, options, writer.run_id, sink, start_at=args.start_at))
         summary = steady_state(observations, result.window, args.slo)
         writer.meta[BENCH_KEY] = bench_doc(result.window, result.issued, result.measured, load, args.shard, summary)
         writer.close("interrupted" if result.interrupted else "completed")
@@ -224,6 +223,17 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
     if args.slo is not None:
         argv += ["--slo", str(args.slo)]
     return argv
+
+
+def _describe_units(units: "Sequence[Unit]") -> str:
+    """"3 recorded request(s)", "2 recorded WebSocket session(s) (6 turns)", or both."""
+    sockets = [u for u in units if isinstance(u, PlannedSession)]
+    said = []
+    if len(sockets) < len(units):
+        said.append(f"{len(units) - len(sockets)} recorded request(s)")
+    if sockets:
+        said.append(f"{len(sockets)} recorded WebSocket session(s) ({sum(len(s.turns) for s in sockets)} turns)")
+    return " and ".join(said)
 
 
 def _describe_load(options: "BenchOptions") -> str:

@@ -21,7 +21,9 @@ here (`run_socket`), with the same context (route, run, alarms, sink) it gives a
   ("the socket was closed by the server (1001) 12.3 s into the wait before this turn").
 * After a failure the socket is done with (a watchdog's cut, a close): the turns left are not
   sent (they continue the socket's memory, which no other socket has) and each is observed as
-  failed for that reason, so the run holds every turn and a route fails from the turn that broke.
+  failed for that reason, so the run holds every turn and a route fails from the turn that broke;
+  with `--on-fail stop-session` (and in a bench) the socket ends at its failed turn, as an HTTP
+  session does, and the turns left are neither sent nor observed.
 * The socket's end while idle: where the recording shows the chain closing or cutting the socket
   after its last turn (a hop's idle timeout), the plan adds that end as a last turn with nothing
   to send (`PlannedTurn.socket_end`); the replay watches the socket as long (and half again: a
@@ -29,7 +31,7 @@ here (`run_socket`), with the same context (route, run, alarms, sink) it gives a
   it came after), a socket still open outlived it (`ok`).
 * While the replay waits a think time, one receive stays pending on the socket, given no timeout
   (aiohttp marks a socket closed when a receive times out): a close then is seen when it comes.
-  Within an answer a receive has the watchdog's deadline as its timeout: when it passes, the
+  Within an answer the watchdog's deadline (`_Deadline`) cancels the receive when it passes: the
   socket is given up anyway.
 * `previous_response_id` of each message is mapped to the live ids (`SocketIds`).
 """
@@ -37,6 +39,7 @@ here (`run_socket`), with the same context (route, run, alarms, sink) it gives a
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import replace
 from typing import Any
@@ -83,20 +86,19 @@ class _Socket:
         self._pending: asyncio.Future[aiohttp.WSMessage] | None = None
         self.closed_at: float | None = None  # when a close (or a cut) came while nothing was asked
 
-    async def receive(self, timeout: float | None) -> aiohttp.WSMessage | None:
-        """The next message of an answer, or None when `timeout` passed first: a watchdog fired,
-        and the socket is given up (so aiohttp's own receive timeout, the cheap way, may close
-        it). A receive left pending by a think time is taken first."""
-        if self._pending is not None:
-            done, _ = await asyncio.wait({self._pending}, timeout=timeout)
-            if not done:
-                return None
-            message, self._pending = self._pending.result(), None
-            return message
+    async def receive(self, deadline: "_Deadline") -> aiohttp.WSMessage | None:
+        """The next message of an answer, or None when the answer's watchdog fired first
+        (`deadline`): the socket is given up. A receive left pending by a think time is taken
+        first."""
         try:
-            return await self.ws.receive(timeout=timeout)
-        except asyncio.TimeoutError:
-            return None
+            if self._pending is not None:
+                pending, self._pending = self._pending, None
+                return await pending  # a cancel cancels it too: the socket is given up
+            return await self.ws.receive()
+        except asyncio.CancelledError:
+            if deadline.fired and deadline.task.uncancel() == 0:  # the watchdog's, not a Ctrl-C
+                return None
+            raise
 
     async def watch_until(self, when: float, alarms: Any) -> None:
         """Wait until `when` (the replayer's alarms), noting a close that comes meanwhile."""
@@ -133,6 +135,7 @@ async def run_socket(session: PlannedSession, ctx: Any, start_at: float | None, 
     gives a turn's request headers as the replayer builds them; `observed(obs, turn, result)`
     hands an observation on (keys, sink, listener) as the replayer does for HTTP."""
     ids = SocketIds()
+    stop_at_failure = ctx.options.on_fail == "stop-session"
     first = session.turns[0]
     url = ws_url(ctx.route.url_for(first.url))
     headers = handshake_headers(headers_for(first).items())
@@ -161,6 +164,8 @@ async def run_socket(session: PlannedSession, ctx: Any, start_at: float | None, 
                 if obs.outcome is Outcome.OK:
                     obs = replace(obs, detail="the upgrade was agreed to (101)", status=101)
                 observed(obs, turn, None)
+                if obs.outcome.is_failure and stop_at_failure:
+                    return
                 continue
             if turn.socket_end:
                 if ended is None and sock is not None and prev_end is not None:
@@ -199,6 +204,8 @@ async def run_socket(session: PlannedSession, ctx: Any, start_at: float | None, 
                 ended = f"the socket was given up after turn {turn.turn} failed ({obs.outcome.value})"
             if result is not None and turn.recorded.result is not None:
                 ids.record(turn.recorded.result.response_id, result.response_id)
+            if obs.outcome.is_failure and stop_at_failure:
+                return
     finally:
         if sock is not None:
             await asyncio.shield(sock.close())
@@ -277,33 +284,98 @@ async def _send(sock: _Socket, body: bytes, machine: ExchangeMachine, prev_end: 
     machine.handle(ResponseHeaders(time.monotonic(), 200, SSE, "HTTP/1.1"))
 
 
+class _Deadline:
+    """The watchdog over one answer's receives: one timer at the machine's deadline (`wait.at`),
+    which cancels the receive when the deadline has passed. Each message pushes the deadline on
+    (the stall watchdog counts from the last progress); the timer is not moved for that, but when
+    it goes off early it is set again at the deadline it finds then, so a streaming answer costs
+    a timer per stall period, not one per message (a timeout per receive was a fifth of the
+    replayer's time per message). A deadline that comes nearer (the answer's end shortens the
+    stall watchdog to its own value) moves it at once (`check`)."""
+
+    def __init__(self, machine: ExchangeMachine) -> None:
+        self.machine = machine
+        self.loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.fired = False
+        self.at = math.inf  # when the timer goes off
+        self._timer: asyncio.TimerHandle | None = None
+        self.check()
+
+    def check(self) -> None:
+        """After an event: a nearer deadline moves the timer."""
+        wait = self.machine.wait
+        if wait is not None and wait.at < self.at:
+            self._set(wait.at)
+
+    def _set(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self.at = at
+        # The loop's clock may have another origin than time.monotonic().
+        self._timer = self.loop.call_at(at + self.loop.time() - time.monotonic(), self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        self.at = math.inf
+        wait = self.machine.wait
+        if wait is None or self.fired:
+            return
+        if time.monotonic() < wait.at:  # progress came since: the deadline moved on
+            self._set(wait.at)
+            return
+        self.fired = True
+        self.task.cancel()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 async def _answer(sock: _Socket, machine: ExchangeMachine, ctx: Any) -> Any:
-    """The turn's answer, message by message, to its terminal event, a close, or a watchdog."""
-    while not machine.ended:
-        wait = machine.wait
-        timeout = None if wait is None else max(0.0, wait.at - time.monotonic())
-        msg = await sock.receive(timeout)
-        if msg is None:
-            assert wait is not None
-            machine.handle(WatchdogExpired(time.monotonic(), wait.watchdog))
-            raise _Ended(f"the turn's {wait.watchdog.value} watchdog cut it")
-        now = time.monotonic()
-        ctx.alarms.ring()
-        if msg.type == aiohttp.WSMsgType.TEXT or msg.type == aiohttp.WSMsgType.BINARY:
-            text = msg.data if msg.type == aiohttp.WSMsgType.TEXT else msg.data.decode("utf-8", "replace")
-            machine.handle(MessageData(now, text, len(text)))
-            if not machine.ended and (machine.answer_ended or _is_error_event(text)):
-                machine.handle(StreamClosed(now))  # a socket's turn ends with its terminal event
-        else:  # CLOSE, CLOSING, CLOSED, ERROR: the socket ended mid-answer
-            words = _closed_words(sock.ws)
-            machine.handle(TransportError(now, ErrorKind.RESET, f"{words} mid-answer"))
-            raise _Ended(words)
+    """The turn's answer, message by message, to its terminal event, a close, or a watchdog.
+    The replayer's hot path: one pass of this loop per message of the answer."""
+    deadline = _Deadline(machine)
+    ring = ctx.alarms.ring
+    handle = machine.handle
+    try:
+        while not machine.ended:
+            msg = await sock.receive(deadline)
+            if msg is None:
+                wait = machine.wait
+                assert wait is not None
+                handle(WatchdogExpired(time.monotonic(), wait.watchdog))
+                raise _Ended(f"the turn's {wait.watchdog.value} watchdog cut it")
+            now = time.monotonic()
+            ring()
+            kind = msg.type
+            if kind == _TEXT or kind == _BINARY:
+                text = msg.data if kind == _TEXT else msg.data.decode("utf-8", "replace")
+                wait = handle(MessageData(now, text, len(text)))
+                if wait is not None and (machine.answer_ended or _is_error_event(text)):
+                    handle(StreamClosed(now))  # a socket's turn ends with its terminal event
+                elif wait is not None and wait.at < deadline.at:
+                    deadline.check()
+            else:  # CLOSE, CLOSING, CLOSED, ERROR: the socket ended mid-answer
+                words = _closed_words(sock.ws)
+                handle(TransportError(now, ErrorKind.RESET, f"{words} mid-answer"))
+                raise _Ended(words)
+    finally:
+        deadline.close()
     return machine.result
+
+
+_TEXT, _BINARY = aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY
 
 
 def _is_error_event(text: str) -> bool:
     """An `error` event, which ends a turn on a socket (the socket stays open)."""
-    return '"error"' in text[:64] and WsMessage(0.0, False, text.encode("utf-8", "surrogateescape")).type == "error"
+    if text.find('"error"', 0, 64) < 0:  # no slice made: this runs on every message
+        return False
+    return WsMessage(0.0, False, text.encode("utf-8", "surrogateescape")).type == "error"
 
 
 def _closed_words(ws: aiohttp.ClientWebSocketResponse) -> str:

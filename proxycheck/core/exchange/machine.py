@@ -195,7 +195,10 @@ class ExchangeMachine:
         self.dialect = dialect
         self.streamed = streamed
         self.watchdogs = watchdogs
-        self._patient = watchdogs.patient  # read on every event (`_next_wait`): found once
+        # Read on every event (`_next_wait`): found once.
+        self._patient = watchdogs.patient
+        self._stall = watchdogs.stall
+        self._stall_patience = watchdogs.stall_limit
         self.request_body = request_body
         self._phase = _Phase.NEW
         self.start = 0.0
@@ -208,6 +211,7 @@ class ExchangeMachine:
         self.end: float | None = None
         self.ended_cleanly = False  # read to its end: the connection may be reused
         self._tracker = StreamTracker(dialect, log=True)
+        self._reads = False  # `_reads_stream`, set with the status
         self._parts: list[bytes] = []  # the body, when it is read whole (non-streamed, or an error)
         self._part_bytes = 0
         self._last_progress = 0.0
@@ -225,13 +229,15 @@ class ExchangeMachine:
         """Take one event; returns what to wait for next, or None once the exchange has ended."""
         if self._phase is _Phase.ENDED:
             raise ProtocolMisuse(f"{type(event).__name__} after the exchange ended")
-        if isinstance(event, BodyData):  # first: the hot path, one event per read
+        if isinstance(event, BodyData):  # first: the hot paths, one event per read or message
             self._expect(_Phase.RECEIVING, event)
             self._data(event)
         elif isinstance(event, MessageData):
-            self._expect(_Phase.RECEIVING, event)
-            if self._tracker.feed_event(event.data, event.size, self._offset(event.t)):
-                self._moved(event.t)
+            if self._phase is not _Phase.RECEIVING:
+                self._expect(_Phase.RECEIVING, event)
+            t = event.t
+            if self._tracker.feed_event(event.data, event.size, round(t - self.start, 6)):  # `_offset`
+                self._moved(t)
         elif isinstance(event, RequestSent):
             self._expect(_Phase.NEW, event)
             self.start = self._last_progress = event.t
@@ -269,6 +275,7 @@ class ExchangeMachine:
         self._silence_ended(event.t, Watchdog.HEADERS)
         self.headers_at = self._last_progress = event.t
         self.status = event.status
+        self._reads = self.streamed and self.ok_status
         self.response_headers = tuple(event.headers)
         self.http_version = event.http_version
         self._phase = _Phase.RECEIVING
@@ -289,7 +296,8 @@ class ExchangeMachine:
 
     def _moved(self, t: float) -> None:
         """Content progressed at `t` (a stream's event, or a message)."""
-        self._silence_ended(t, Watchdog.IDLE if self._progressed else Watchdog.FIRST_EVENT)
+        if t - self._last_progress > self._stall:  # `_silence_ended`'s test, first: rarely true
+            self._silence_ended(t, Watchdog.IDLE if self._progressed else Watchdog.FIRST_EVENT)
         self._last_progress = t
         self._progressed = True
 
@@ -329,7 +337,7 @@ class ExchangeMachine:
     def answer_ended(self) -> bool:
         """The stream's answer is over: its terminal marker, or its finish reason, came (the body
         may still be open: a transport whose stream has no end of its own ends it there)."""
-        return self._reads_stream and self._tracker.answer_ended
+        return self._reads and self._tracker.answer_ended
 
     @property
     def ending(self) -> Ending | None:
@@ -406,7 +414,7 @@ class ExchangeMachine:
     @property
     def _reads_stream(self) -> bool:
         """The body is framed as it comes (a 2xx stream) rather than read whole."""
-        return self.streamed and self.ok_status
+        return self._reads
 
     def _facts(self, how: HowItEnded) -> ExchangeFacts:
         end = self.end if self.end is not None else self.start
@@ -447,9 +455,9 @@ class ExchangeMachine:
         """When a silence after the headers fails. Once the answer is over (its terminal marker or
         finish reason came), the wait is for the body's end, which a healthy hop and engine give
         at once: no client's patience is at stake, so the watchdog decides (`held_open`)."""
-        if self._reads_stream and self._tracker.answer_ended:
-            return self.watchdogs.stall
-        return self.watchdogs.stall_limit
+        if self._reads and self._tracker.answer_ended:
+            return self._stall
+        return self._stall_patience
 
     def _source(self, watchdog: Watchdog) -> str:
         """What a watchdog that fired stood for: the client's patience, or "" (a watchdog)."""
@@ -461,14 +469,15 @@ class ExchangeMachine:
         return wd.patience_from if self._stall_limit() > wd.stall else ""
 
     def _next_wait(self) -> Wait | None:
-        if self._phase in (_Phase.NEW, _Phase.ENDED):
-            return None
+        phase = self._phase
         wd = self.watchdogs
-        if self._phase is _Phase.AWAITING_HEADERS:
-            wait = Wait(Watchdog.HEADERS, self.start + wd.headers_limit)
-        else:
+        if phase is _Phase.RECEIVING:  # first: the hot path, after every read or message
             wait = Wait(Watchdog.IDLE if self._progressed else Watchdog.FIRST_EVENT,
                         self._last_progress + self._stall_limit())
+        elif phase is _Phase.AWAITING_HEADERS:
+            wait = Wait(Watchdog.HEADERS, self.start + wd.headers_limit)
+        else:  # new, or ended
+            return None
         total_at = self.start + wd.total if wd.total is not None else None
         if total_at is not None and self._patient and self._source(wait.watchdog):
             # A silence past its watchdog is waited out to the patience, whatever the total; a
