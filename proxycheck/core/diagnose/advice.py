@@ -1035,7 +1035,8 @@ _WS_LIFE_CAPS = ("a GCP load balancer's backend service timeout, which bounds a 
                  "max_connection_duration or a route's max_stream_duration; AWS API Gateway's 2 hours; a hop "
                  "reloaded on a schedule")  # fmt: skip
 _WS_FORWARDING = ('nginx forwards a WebSocket only with proxy_http_version 1.1; proxy_set_header Upgrade '
-                  '$http_upgrade; proxy_set_header Connection "upgrade"')  # fmt: skip
+                  '$http_upgrade; proxy_set_header Connection "upgrade"; Squid only with http_upgrade_request_protocols '
+                  'websocket allow all, the name in lower case as clients send it (it compares it as written)')  # fmt: skip
 
 
 def _ws_upgrade_refused(g: _Group) -> Words:
