@@ -5,8 +5,8 @@ socket per session.
 What a user notices: the client gets every event as it would without the recorder; the recording
 holds the socket (its 101, every message both ways with its time, how it ended) with a client's
 credential redacted; `sessions` shows the socket's turns; a socket the engine cut mid-answer is
-that turn's `reset`; a replay leaves the WebSocket session out and says so, never sending its
-upgrade as a plain request."""
+that turn's `reset`; a replay sends the socket's turns on a socket of its own, never its upgrade
+as a plain request."""
 
 from __future__ import annotations
 
