@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from cli_runner import proxycheck_argv
+from ctrl_c import as_at_a_terminal
 
 from proxycheck.io.agent import AgentOptions, run_agent
 from proxycheck.io.procs import Managed, mitmdump_path, start_engine, start_mitmdump
@@ -99,7 +100,7 @@ class RecordProcess:
             self.proc = subprocess.Popen(
                 proxycheck_argv("record", *args),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=REPO,
-                env={**os.environ, "COLUMNS": "200"},
+                env={**os.environ, "COLUMNS": "200"}, preexec_fn=as_at_a_terminal,
             )  # fmt: skip
         self.address = self._wait_listening()
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cli_runner import main_status, proxycheck_argv
+from ctrl_c import as_at_a_terminal
 from processes import EngineFactory
 from recording_dirs import snapshot
 
@@ -73,7 +74,7 @@ def recording(engine: Managed, tmp_path: Path, *args: str) -> tuple[str, Path]:
     with open(err_path, "wb") as err:
         proc = subprocess.Popen(proxycheck_argv("record", "--listen", "127.0.0.1:0", "--upstream", engine.url, "--out", str(out), *args),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO,
-                                env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+                                env={**os.environ, "COLUMNS": "200"}, preexec_fn=as_at_a_terminal)  # fmt: skip
     try:
         deadline, address = time.monotonic() + 50, None
         while address is None and time.monotonic() < deadline and proc.poll() is None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import main_output, proxycheck_argv
+from ctrl_c import as_at_a_terminal
 from processes import EngineFactory, MitmdumpFactory
 from recording_dirs import BAD_OUTS, named
 from rich.console import Console
@@ -42,7 +43,8 @@ class WatchProcess:
         self.out_path, self.err_path = tmp / "watch.out", tmp / "watch.err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(proxycheck_argv("watch", *args), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                         cwd=REPO, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+                                         cwd=REPO, env={**os.environ, "COLUMNS": "200"},
+                                         preexec_fn=as_at_a_terminal)  # fmt: skip
 
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout=timeout)

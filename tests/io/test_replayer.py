@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import proxycheck_argv
+from ctrl_c import as_at_a_terminal
 from processes import EngineFactory, MitmdumpFactory
 
 from proxycheck import cli
@@ -521,7 +522,7 @@ def test_ctrl_c_keeps_a_loadable_interrupted_run(world: World, tmp_path: Path) -
         proxycheck_argv("replay", str(world.recording), "--chain", str(chain), "--route", "via:stall",
                         "--pace", "fast", "--stall-timeout", "60", "--out", str(out)),
         cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200"}, preexec_fn=as_at_a_terminal,
     )  # fmt: skip
     try:
         observations = out / "observations.jsonl"
