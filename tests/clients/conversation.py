@@ -6,7 +6,7 @@ each stream the way the SDK reads it (to its terminal event, then the SDK closes
 and prints one JSON line per turn: {"session", "turn", "ok", "error", "text", "finish"}.
 
     python conversation.py --sdk openai|anthropic --base-url URL [--sessions N] [--turns N]
-        [--think S] [--max-tokens N] [--timeout S] [--max-retries N] [--no-stream]
+        [--think S] [--max-tokens N] [--timeout S] [--max-retries N] [--no-stream] [--include-usage]
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def openai_turns(args: argparse.Namespace, session: int):
         messages.append({"role": "user", "content": f"session {session} turn {turn}: what next?"})
         text, finish = [], None
         if args.stream:
-            stream = client.chat.completions.create(model=args.model, messages=messages, max_tokens=args.max_tokens, stream=True)
+            extra = {"stream_options": {"include_usage": True}} if args.include_usage else {}
+            stream = client.chat.completions.create(model=args.model, messages=messages, max_tokens=args.max_tokens, stream=True, **extra)
             for chunk in stream:
                 for choice in chunk.choices:
                     text.append(choice.delta.content or "")
@@ -96,6 +97,8 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=20.0)
     p.add_argument("--max-retries", type=int, default=0)
     p.add_argument("--no-stream", dest="stream", action="store_false")
+    # OpenAI streams carry usage only when asked (vLLM, like the API, sends none otherwise)
+    p.add_argument("--include-usage", action="store_true")
     args = p.parse_args()
     lock = threading.Lock()
     threads = [threading.Thread(target=run_session, args=(args, s, lock)) for s in range(1, args.sessions + 1)]

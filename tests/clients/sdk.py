@@ -45,14 +45,17 @@ def sdk_python() -> str:
 
 def converse(sdk: str, base_url: str, *, within: float = 90.0, **options: Any) -> Turns:
     """Hold conversations with `sdk` ("openai" or "anthropic") against `base_url`; options are
-    conversation.py's flags (sessions=2, turns=3, think=0.1, max_tokens=16, timeout=..., ...).
+    conversation.py's flags (sessions=2, turns=3, think=0.1, max_tokens=16, timeout=..., stream=False,
+    include_usage=True, ...).
     `within` bounds the whole client process (`timeout` is the SDK's own)."""
     argv = [sdk_python(), str(CONVERSATION), "--sdk", sdk, "--base-url", base_url]
     for name, value in options.items():
         flag = "--" + name.replace("_", "-")
         if value is False:
             argv.append("--no-" + name.replace("_", "-"))
-        elif value is not True:
+        elif value is True:
+            argv.append(flag)  # a switch (include_usage=True)
+        else:
             argv += [flag, str(value)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=within)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
