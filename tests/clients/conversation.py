@@ -7,6 +7,9 @@ and prints one JSON line per turn: {"session", "turn", "ok", "error", "text", "f
 
     python conversation.py --sdk openai|anthropic --base-url URL [--sessions N] [--turns N]
         [--think S] [--max-tokens N] [--timeout S] [--max-retries N] [--no-stream] [--include-usage]
+        [--paste TURN:WORDS]
+`--paste`: turn TURN's user message carries WORDS words more (a file pasted in, a long tool
+output), which every later turn's history holds too.
 """
 
 from __future__ import annotations
@@ -18,13 +21,23 @@ import threading
 import time
 
 
+def ask(args: argparse.Namespace, session: int, turn: int) -> str:
+    """The user's message of a turn, with the pasted words on the turn `--paste` names."""
+    text = f"session {session} turn {turn}: what next?"
+    if args.paste:
+        at, words = (int(v) for v in args.paste.split(":"))
+        if turn == at:
+            text += " Here is the file:\n" + " ".join(f"line{i}" for i in range(words))
+    return text
+
+
 def openai_turns(args: argparse.Namespace, session: int):
     import openai
 
     client = openai.OpenAI(base_url=args.base_url + "/v1", api_key="sk-test-0000", timeout=args.timeout, max_retries=args.max_retries)
     messages = [{"role": "system", "content": "You are a careful coding assistant."}]
     for turn in range(1, args.turns + 1):
-        messages.append({"role": "user", "content": f"session {session} turn {turn}: what next?"})
+        messages.append({"role": "user", "content": ask(args, session, turn)})
         text, finish = [], None
         if args.stream:
             extra = {"stream_options": {"include_usage": True}} if args.include_usage else {}
@@ -48,7 +61,7 @@ def anthropic_turns(args: argparse.Namespace, session: int):
     client = anthropic.Anthropic(base_url=args.base_url, api_key="sk-ant-test-0000", timeout=args.timeout, max_retries=args.max_retries)
     messages: list[dict] = []
     for turn in range(1, args.turns + 1):
-        messages.append({"role": "user", "content": f"session {session} turn {turn}: what next?"})
+        messages.append({"role": "user", "content": ask(args, session, turn)})
         text, finish = [], None
         if args.stream:
             stream = client.messages.create(model=args.model, messages=messages, max_tokens=args.max_tokens, stream=True, system="Be careful.")
@@ -99,6 +112,7 @@ def main() -> int:
     p.add_argument("--no-stream", dest="stream", action="store_false")
     # OpenAI streams carry usage only when asked (vLLM, like the API, sends none otherwise)
     p.add_argument("--include-usage", action="store_true")
+    p.add_argument("--paste", default=None, metavar="TURN:WORDS")
     args = p.parse_args()
     lock = threading.Lock()
     threads = [threading.Thread(target=run_session, args=(args, s, lock)) for s in range(1, args.sessions + 1)]
