@@ -66,15 +66,16 @@ def test_demo_with_a_harness_that_is_not_installed_says_how_to_install_it(harnes
     assert done.stdout == "" and not out.exists()  # nothing started, nothing written
 
 
-def _installed(harness: str) -> str | None:
-    return find_harness(HARNESSES[harness])
+def _needs(harness: str) -> None:
+    """Skip, saying why, where the real harness is not installed."""
+    if find_harness(HARNESSES[harness]) is None:
+        pytest.skip(f"{HARNESSES[harness].package} is not installed (`make test` installs it into .harness/ with npm)")
 
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("harness", sorted(NOT_INSTALLED))
 def test_demo_with_a_real_harness_finds_the_faulty_hop_then_replays_clean(harness: str, tmp_path: Path) -> None:
-    if _installed(harness) is None:
-        pytest.skip(f"{HARNESSES[harness].package} is not installed (`make test` installs it into .harness/ with npm)")
+    _needs(harness)
     out = tmp_path / "demo"
     done = run_proxycheck("demo", "--harness", harness, "--out", str(out), timeout=150)
     shown = done.stdout + done.stderr
@@ -99,8 +100,7 @@ def test_demo_with_a_real_harness_finds_the_faulty_hop_then_replays_clean(harnes
 
 @pytest.mark.timeout(180)
 def test_demo_with_codex_over_a_websocket_finds_the_hop_that_cuts_its_socket(tmp_path: Path) -> None:
-    if _installed("codex") is None:
-        pytest.skip(f"{HARNESSES['codex'].package} is not installed (`make test` installs it into .harness/ with npm)")
+    _needs("codex")
     out = tmp_path / "demo"
     done = run_proxycheck("demo", "--harness", "codex", "--websocket", "--out", str(out), timeout=150)
     shown = done.stdout + done.stderr

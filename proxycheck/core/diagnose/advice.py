@@ -255,6 +255,7 @@ class _Group:
         self.obs = [i.obs for i in items]
         self.context = context
         self.routes = list(dict.fromkeys(o.route for o in self.obs))
+        self._socket_index: dict[tuple[str, int, str], list[Item]] | None = None
 
     def details(self) -> list[str]:
         """The distinct details, most common first."""
@@ -348,6 +349,16 @@ class _Group:
         alike = len({len(o.events) for o in obs}) == 1  # as many events each time: a size limit fits too
         return _Cap(after, tuple(times), tuple(quiet), tuple(direct), alike)
 
+    def _sockets(self) -> dict[tuple[str, int, str], list[Item]]:
+        """The WebSocket turns of every route in `context`, by socket (`_socket_of`), indexed once."""
+        if self._socket_index is None:
+            self._socket_index = {}
+            for items in self.context.values():
+                for i in items:
+                    if i.obs.transport == "websocket":
+                        self._socket_index.setdefault(_socket_of(i.obs), []).append(i)
+        return self._socket_index
+
     def idle_ends(self) -> list[float]:
         """The seconds each socket had sat idle when the chain ended it (`ended_idle`'s words)."""
         return [t for t in (idle_when_ended(i.detail or i.obs.detail) for i in self.items) if t is not None]
@@ -366,7 +377,8 @@ class _Group:
         obs = self.obs
         if len(obs) < 2 or any(o.transport != "websocket" or o.end is None for o in obs) or _one_moment(obs):
             return None
-        cuts = [_socket_cut(o, self.context.get(o.route, ())) for o in obs]
+        sockets = self._sockets()
+        cuts = [_socket_cut(o, sockets.get(_socket_of(o), [])) for o in obs]
         lives = [c for c in cuts if c is not None]
         if len(lives) < len(obs) or not _alike(lives):
             return None
@@ -375,13 +387,12 @@ class _Group:
             return None  # cut after equal silences: an idle timeout fits them as well
         if not idle and max(self.quiet()) >= QUIET_CUT:
             return None  # a silence before each cut mid-answer: a read timeout is likelier
-        direct = [_socket_life(r, self.context.get(r.route, ())) for r in (i.reference for i in self.items)
-                  if r is not None]  # fmt: skip
+        direct = [_socket_life([j.obs for j in sockets.get(_socket_of(r), [])] or [r])
+                  for r in (i.reference for i in self.items) if r is not None]  # fmt: skip
         if len(direct) < len(obs) or min(direct) <= max(lives) + _tolerance(lives):
             return None  # what the direct route's sockets do for as long is not known, or they ended sooner
-        passed = [_socket_life(i.obs, self.context.get(route, ())) for route in self.routes
-                  for i in self.context.get(route, ()) if i.obs.transport == "websocket"
-                  and not any(j.outcome.is_failure for j in _same_socket(i.obs, self.context.get(route, ())))]  # fmt: skip
+        passed = [_socket_life([j.obs for j in turns]) for key, turns in sockets.items()
+                  if key[0] in self.routes and not any(j.outcome.is_failure for j in turns)]  # fmt: skip
         if max(passed, default=0.0) > max(lives) + _tolerance(lives):
             return None
         return _Lives(tuple(lives), tuple(idle), tuple(direct))
@@ -430,29 +441,29 @@ class _Lives:
     direct: tuple[float, ...]
 
 
-def _same_socket(o: Observation, items: Sequence[Item]) -> list[Item]:
-    """The turns of the socket `o` is a turn of (one session of one replay of a route)."""
-    return [i for i in items if i.obs.session == o.session and i.obs.repetition == o.repetition]
+def _socket_of(o: Observation) -> tuple[str, int, str]:
+    """The socket a turn is on: one session of one replay of a route."""
+    return (o.route, o.repetition, o.session)
 
 
-def _socket_cut(o: Observation, items: Sequence[Item]) -> float | None:
-    """Seconds from the opening of `o`'s socket (its first turn's start) to the chain ending it:
-    mid-answer, the turn's end; idle, the silence it had sat through since its last turn ended."""
-    turns = [i.obs for i in _same_socket(o, items)]
+def _socket_cut(o: Observation, turns: Sequence[Item]) -> float | None:
+    """Seconds from the opening of `o`'s socket (its first turn's start; `turns`: the socket's) to
+    the chain ending it: mid-answer, the turn's end; idle, the silence it had sat through since its
+    last turn ended."""
     if not turns:
         return None
-    opened = min(t.t_start for t in turns)
+    opened = min(t.obs.t_start for t in turns)
     idle = idle_when_ended(o.detail)
     if idle is None:
         return o.t_start + (o.end or 0.0) - opened
-    before = [t.t_start + t.end for t in turns if t.end is not None and t.turn < o.turn and t.outcome.answered]
+    before = [t.obs.t_start + t.obs.end for t in turns
+              if t.obs.end is not None and t.obs.turn < o.turn and t.obs.outcome.answered]  # fmt: skip
     return max(before) + idle - opened if before else None
 
 
-def _socket_life(o: Observation, items: Sequence[Item]) -> float:
-    """How long `o`'s socket stayed open as far as its turns show: from its first turn's start to
-    the last turn's end."""
-    turns = [i.obs for i in _same_socket(o, items)] or [o]
+def _socket_life(turns: Sequence[Observation]) -> float:
+    """How long a socket stayed open as far as its turns show: from its first turn's start to the
+    last turn's end."""
     return max(t.t_start + (t.end or 0.0) for t in turns) - min(t.t_start for t in turns)
 
 
