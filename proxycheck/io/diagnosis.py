@@ -328,13 +328,15 @@ async def drive(localizer: Localizer, sessions: Sequence[PlannedSession], routes
     took = _recorded_durations(sessions)  # how long each exchange took where it was answered
 
     async def one(route: str, repetitions: int) -> list[Observation]:
-        first = next_repetition[route] + 1
-        next_repetition[route] += repetitions
         got: list[Observation] = []
-        step_options = replace(options, repeat=repetitions, first_repetition=first)
-        origin = time.monotonic()
-        await replay(list(sessions), [routes[route]], step_options, run_id, _tee(sink, got), progress)
-        await _settle(got, origin, took)
+        for _ in range(repetitions):  # the engine settles between repetitions too
+            next_repetition[route] += 1
+            mine: list[Observation] = []
+            step_options = replace(options, repeat=1, first_repetition=next_repetition[route])
+            origin = time.monotonic()
+            await replay(list(sessions), [routes[route]], step_options, run_id, _tee(sink, mine), progress)
+            await _settle(mine, origin, took)
+            got += mine
         return got
 
     if routes_at_once:
@@ -358,7 +360,11 @@ async def drive(localizer: Localizer, sessions: Sequence[PlannedSession], routes
         localizer.add(await one(step.route, step.repetitions))
 
 
-ABANDONED = frozenset({Outcome.STALL_BEFORE_HEADERS, Outcome.STALL_BEFORE_FIRST_EVENT, Outcome.STALL_MID_STREAM})
+# What a route may give up on while the engine goes on working: proxycheck's own cut at a stall, a
+# hop that hung up (a read timeout shorter than a real prefill), or a hop's error answer (its 504
+# comes while the engine is still prefilling). A connection never made sent nothing.
+ABANDONED = frozenset({Outcome.STALL_BEFORE_HEADERS, Outcome.STALL_BEFORE_FIRST_EVENT, Outcome.STALL_MID_STREAM,
+                       Outcome.RESET, Outcome.TRUNCATED, Outcome.HTTP_ERROR})  # fmt: skip
 
 
 def _recorded_durations(sessions: Sequence[PlannedSession]) -> dict[tuple[str, int, int | None], float]:
@@ -368,13 +374,13 @@ def _recorded_durations(sessions: Sequence[PlannedSession]) -> dict[tuple[str, i
 
 async def _settle(got: Sequence[Observation], origin: float, took: dict[tuple[str, int, int | None], float]) -> None:
     """Before the next replay, let the engine finish what this one gave up on (`still_busy`):
-    a replay queued behind abandoned work would fail for proxycheck's own cut."""
+    a replay queued behind abandoned work would fail for the cut, not for itself."""
     for obs in got:  # what this replay answered tells how long the rest takes
         if obs.outcome.answered and obs.end is not None:
             took[(obs.session, obs.turn, obs.xid)] = obs.end
     now = time.monotonic()
     busy = still_busy(
-        (obs.end or 0.0, now - (origin + obs.t_start + (obs.end or 0.0)), took.get((obs.session, obs.turn, obs.xid)))
+        (obs.session, now - (origin + obs.t_start), took.get((obs.session, obs.turn, obs.xid)))
         for obs in got if obs.outcome in ABANDONED
     )  # fmt: skip
     if busy > 0:

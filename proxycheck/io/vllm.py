@@ -4,7 +4,7 @@ tests (tests/vllm/) and the real-engine benchmarks.
 `VllmSetup` says which Python has vLLM (the CPU build `make vllm` puts in .venv-vllm) and which
 model it serves (SmolLM2-135M-Instruct in .models/smollm2-135m, also from `make vllm`);
 `VllmSetup.missing()` says, in one line naming the make target, why it cannot start here.
-`start_vllm` runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` script of this build
+`start_vllm` (`launch_vllm`, then `wait_ready`) runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` script of this build
 fails with PackageNotFoundError) on a loopback port as a `Managed` process: its own process group
 (the engine core is a child process), stopped by its pid. vLLM binds its port before it has loaded
 the model, so an accepting port is not readiness: it is ready once GET /health answers 200.
@@ -56,6 +56,11 @@ class VllmSetup:
 def start_vllm(setup: VllmSetup, *args: str, timeout: float = START_TIMEOUT, kv_cache_gb: int = 2) -> Managed:
     """vLLM serving `setup.model` as SERVED_MODEL on a loopback port, ready (GET /health is 200);
     `args` are more server flags. `kv_cache_gb`: its KV cache (VLLM_CPU_KVCACHE_SPACE)."""
+    return wait_ready(launch_vllm(setup, *args, kv_cache_gb=kv_cache_gb), timeout)
+
+
+def launch_vllm(setup: VllmSetup, *args: str, kv_cache_gb: int = 2) -> Managed:
+    """vLLM started, not yet ready (`wait_ready`): engines launched together load side by side."""
     port = free_port()
     argv = [
         str(setup.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(setup.model),
@@ -68,7 +73,11 @@ def start_vllm(setup: VllmSetup, *args: str, timeout: float = START_TIMEOUT, kv_
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
-    proc = Managed(argv, "127.0.0.1", port, name="vllm", env=env)
+    return Managed(argv, "127.0.0.1", port, name="vllm", env=env)
+
+
+def wait_ready(proc: Managed, timeout: float = START_TIMEOUT) -> Managed:
+    """`proc` once ready; stopped (by its pid) when it exits or is not ready within `timeout`."""
     try:
         _wait_healthy(proc, timeout)
     except BaseException:

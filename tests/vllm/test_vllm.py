@@ -1,14 +1,18 @@
-"""vLLM on CPU, a real engine, driven by a real client through the recorder: what `sessions` reads
-of its streams and what `check` says of a chain that is just the engine.
+"""vLLM on CPU, a real engine, driven by real clients through the recorder and real hops: what
+`sessions` reads of its streams, what `check` says of healthy chains and of hops that fail on what
+a real engine does (a long prefill, a growing body, a refused context), and what `bench` and
+`compare` say of two configurations of it.
 
-Every test of the real engine lives in this one file, so that `--dist loadfile` keeps them on one
-worker and the session starts one engine (conftest.py). The engine's start (tens of seconds) is
-counted in the first test's time, hence the generous bound.
+Every test of the real engine lives in this one file, marked `alone`: `make test` runs it after the
+parallel tests, in one process, so the session starts its two engines once (conftest.py) and the
+timings here are not the other tests' load. The engines' start (tens of seconds) is counted in the
+first test's time, hence the generous bound.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -16,11 +20,14 @@ import pytest
 from cli_runner import run_proxycheck
 from processes import MitmdumpFactory, write_chain
 from sdk import converse
-from vllm_engine import SERVED_MODEL
+from vllm_engine import REPO, SERVED_MODEL
 
 from proxycheck.io.procs import Managed
 
-pytestmark = pytest.mark.timeout(480)
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+from proxies import Proxy, start_nginx  # noqa: E402  (the proxy matrix's real nginx, stopped by pid)
+
+pytestmark = [pytest.mark.timeout(480), pytest.mark.alone]
 
 
 def test_openai_sdk_streams_from_vllm_are_read_whole_and_a_chain_of_just_the_engine_is_healthy(
@@ -65,10 +72,11 @@ def recorded(vllm: Managed, mitmdumps: MitmdumpFactory, out: Path, sdk: str, **o
     return client.lines
 
 
-def checked(recording: Path, chain: Path, tmp: Path) -> tuple[int, dict]:
-    verdict_path = tmp / "verdict.json"
+def checked(recording: Path, chain: Path, tmp: Path, *argv: str) -> tuple[int, dict]:
+    """`check RECORDING --chain CHAIN --pace fast ARGV`: its exit status and its verdict."""
+    verdict_path = tmp / f"{chain.stem}-verdict.json"
     done = run_proxycheck("check", str(recording), "--chain", str(chain), "--json", str(verdict_path),
-                          "--out", str(tmp / "run"), "--pace", "fast", timeout=300)  # fmt: skip
+                          "--out", str(tmp / f"{chain.stem}-run"), "--pace", "fast", *argv, timeout=300)  # fmt: skip
     assert verdict_path.exists(), done.stderr
     return done.returncode, json.loads(verdict_path.read_text())
 
@@ -101,3 +109,98 @@ def test_a_conversation_that_outgrows_the_context_is_the_server_from_the_turn_vl
     refused = [f for f in verdict["findings"] if f["turn"] == 2 and f["route"] == "direct"]
     assert refused and all(f["outcome"] == "http_error" and "maximum context length" in f["detail"] for f in refused), \
         refused  # vLLM's own words, quoted  # fmt: skip
+
+
+def nginx_in_front(engine: Managed, *directives: str) -> Proxy:
+    """A real nginx streaming to `engine` (vLLM sends no X-Accel-Buffering: buffering is turned off
+    here, as its users must), with `directives` more in its location."""
+    return start_nginx(f"location / {{ proxy_pass {engine.url}; proxy_http_version 1.1; proxy_buffering off; "
+                       f"{' '.join(directives)} }}")  # fmt: skip
+
+
+# Turn 2 pastes a file of about 3k tokens (a word "lineN" is some 2.5 tokens): prefilled without the
+# prefix cache, several seconds on two CPU cores (0.26 s for 350 tokens, 4.6 s for 2.6k), against
+# turn 1's tenth of a second. The request body is some 12 KB, turn 1's a few hundred bytes.
+LONG_PASTE = "2:1200"
+READ_TIMEOUT = "2s"  # nginx's proxy_read_timeout: shorter than the long prefill, far longer than turn 1's
+BODY_LIMIT = "8k"  # nginx's client_max_body_size: past turn 2's body, far above turn 1's
+
+
+def test_a_hop_whose_read_timeout_is_shorter_than_a_real_long_prefill_is_named_from_that_turn(
+    vllm_uncached: Managed, mitmdumps: MitmdumpFactory, tmp_path: Path
+) -> None:
+    recording = tmp_path / "recording"
+    lines = recorded(vllm_uncached, mitmdumps, recording, "openai", sessions=1, turns=3, max_tokens=16,
+                     paste=LONG_PASTE, include_usage=True)  # fmt: skip
+    assert [line["ok"] for line in lines] == [True] * 3, lines
+    nginx = nginx_in_front(vllm_uncached, f"proxy_read_timeout {READ_TIMEOUT};")
+    try:
+        chain = write_chain(tmp_path / "chain.toml", vllm_uncached.url, [("nginx", nginx.url)])
+        status, verdict = checked(recording, chain, tmp_path)
+    finally:
+        nginx.stop()
+    assert (status, verdict["verdict"], verdict["culprit"], verdict["first_turn"]) == (1, "proxy", "nginx", 2), \
+        verdict["summary"]  # fmt: skip
+    # vLLM sends its 200 headers at once and its first byte after the prefill: nginx, silent upstream
+    # past its read timeout, can only close the stream it has begun (no 504)
+    cut = [f for f in verdict["findings"] if f["route"] == "via:nginx"]
+    assert {f["turn"] for f in cut} == {2, 3} and {f["outcome"] for f in cut} == {"reset"}, cut
+
+
+def test_a_wedge_recorded_through_the_hop_that_cut_a_long_prefill_is_that_hop_not_the_server(
+    vllm_uncached: Managed, mitmdumps: MitmdumpFactory, tmp_path: Path
+) -> None:
+    # As a user meets it: the client talks through nginx, which answers turn 2 with its 504 while the
+    # engine is still prefilling; the recording (in front of nginx) holds the 504, not what the engine
+    # would have taken. The direct replay must wait the real prefill out, not cut it and blame the engine.
+    nginx = nginx_in_front(vllm_uncached, f"proxy_read_timeout {READ_TIMEOUT};")
+    try:
+        recording = tmp_path / "recording"
+        lines = recorded(nginx.proc, mitmdumps, recording, "openai", sessions=1, turns=3, max_tokens=16,
+                         paste=LONG_PASTE, max_retries=0)  # fmt: skip
+        assert [line["ok"] for line in lines] == [True, False], lines  # nginx ended turn 2's stream unanswered
+        chain = write_chain(tmp_path / "chain.toml", vllm_uncached.url, [("nginx", nginx.url)])
+        status, verdict = checked(recording, chain, tmp_path)
+    finally:
+        nginx.stop()
+    assert (status, verdict["verdict"], verdict["culprit"], verdict["first_turn"]) == (1, "proxy", "nginx", 2), \
+        verdict["summary"]  # fmt: skip
+
+
+def test_a_hop_whose_body_limit_a_growing_conversation_passes_is_named_from_that_turn(
+    vllm: Managed, mitmdumps: MitmdumpFactory, tmp_path: Path
+) -> None:
+    recording = tmp_path / "recording"
+    lines = recorded(vllm, mitmdumps, recording, "anthropic", sessions=1, turns=3, max_tokens=16, paste=LONG_PASTE)
+    assert [line["ok"] for line in lines] == [True] * 3, lines
+    nginx = nginx_in_front(vllm, f"client_max_body_size {BODY_LIMIT};")
+    try:
+        chain = write_chain(tmp_path / "chain.toml", vllm.url, [("nginx", nginx.url)])
+        status, verdict = checked(recording, chain, tmp_path)
+    finally:
+        nginx.stop()
+    assert (status, verdict["verdict"], verdict["culprit"], verdict["first_turn"]) == (1, "proxy", "nginx", 2), \
+        verdict["summary"]  # fmt: skip
+    refused = [f for f in verdict["findings"] if f["route"] == "via:nginx"]
+    assert {f["turn"] for f in refused} == {2, 3} and all("413" in f["detail"] for f in refused), refused
+
+
+def test_greedy_replays_make_the_sampling_engine_answer_alike_so_content_is_compared_again(
+    vllm: Managed, mitmdumps: MitmdumpFactory, tmp_path: Path
+) -> None:
+    recording = tmp_path / "recording"
+    lines = recorded(vllm, mitmdumps, recording, "openai", sessions=2, turns=2, max_tokens=32)
+    assert len(lines) == 4 and all(line["ok"] for line in lines), lines
+    chain = write_chain(tmp_path / "chain.toml", vllm.url, [])
+    # vLLM samples (temperature 1 from the model's generation config): the direct repetitions differ,
+    # content is judged by rates only, and the verdict says how to compare it exchange by exchange.
+    status, sampled = checked(recording, chain, tmp_path)
+    assert (status, sampled["verdict"]) == (0, "healthy"), sampled["summary"]
+    assert sampled["noise_floor"]["sampling"] and not sampled["noise_floor"]["deterministic"], sampled["noise_floor"]
+    assert any("--greedy" in s for s in sampled["suggestions"]), sampled["suggestions"]
+    greedy = write_chain(tmp_path / "greedy.toml", vllm.url, [])
+    status, verdict = checked(recording, greedy, tmp_path, "--greedy")
+    assert (status, verdict["verdict"]) == (0, "healthy"), verdict["summary"]
+    floor = verdict["noise_floor"]
+    assert floor["deterministic"] and floor["content_differs"] == 0 and floor["content_compared"] >= 4, floor
+    assert not any("--greedy" in s for s in verdict["suggestions"]), verdict["suggestions"]

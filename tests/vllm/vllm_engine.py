@@ -11,15 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from proxycheck.io.procs import Managed
-from proxycheck.io.vllm import MAX_MODEL_LEN, SERVED_MODEL, VllmSetup
-from proxycheck.io.vllm import start_vllm as _start
+from proxycheck.io.vllm import MAX_MODEL_LEN, SERVED_MODEL, VllmSetup, launch_vllm, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
 SETUP = VllmSetup.of_project(REPO)
 VLLM_INSTALLED = REPO / ".venv-vllm" / ".installed"
 MODEL_BUILT = SETUP.model / ".built"
+# The second configuration: one knob changed. Prefix caching makes a replay of a conversation hit
+# the cache its recording filled; without it every replay pays the whole prefill, as a first visit does.
+NO_PREFIX_CACHING = "--no-enable-prefix-caching"
 
-__all__ = ["MAX_MODEL_LEN", "SERVED_MODEL", "SETUP", "missing", "start_vllm"]
+__all__ = ["MAX_MODEL_LEN", "NO_PREFIX_CACHING", "SERVED_MODEL", "SETUP", "missing", "start_vllm", "start_vllms"]
 
 
 def missing() -> str | None:
@@ -33,4 +35,18 @@ def missing() -> str | None:
 
 def start_vllm(*args: str, kv_cache_gb: int = 2) -> Managed:
     """vLLM on a loopback port, ready; `args` are more server flags."""
-    return _start(SETUP, *args, kv_cache_gb=kv_cache_gb)
+    return wait_ready(launch_vllm(SETUP, *args, kv_cache_gb=kv_cache_gb))
+
+
+def start_vllms(*configurations: tuple[str, ...], kv_cache_gb: int = 2) -> list[Managed]:
+    """One vLLM per configuration (its server flags), loading side by side, all ready; where one
+    fails, every one is stopped."""
+    engines = [launch_vllm(SETUP, *flags, kv_cache_gb=kv_cache_gb) for flags in configurations]
+    try:
+        for engine in engines:
+            wait_ready(engine)
+    except BaseException:
+        for engine in engines:
+            engine.stop(grace=15)
+        raise
+    return engines

@@ -170,16 +170,25 @@ def _agent(user_agent: str) -> str:
 SETTLE_CAP = 120.0  # the longest a check waits for an engine to finish what a replay abandoned, s
 
 
-def still_busy(abandoned: Iterable[tuple[float, float, float | None]]) -> float:
-    """How long the engine may still be working on exchanges a replay gave up on, each given as
-    (how long it had run when it was given up, seconds since then, how long the same exchange took
-    where it was answered: None when it never was). An engine goes on with a request whose client
-    left (vLLM finishes the prefill it started): the next replay must not queue behind that work,
-    which would be a consequence of proxycheck's own cut, not evidence. An unknown duration adds
-    nothing (an exchange never answered anywhere is a wedge that waiting does not clear); at most
-    `SETTLE_CAP`."""
-    busy = 0.0
-    for ran, since_cut, took in abandoned:
-        if took is not None:
-            busy = max(busy, took - ran - since_cut)
-    return min(busy, SETTLE_CAP)
+def still_busy(abandoned: Iterable[tuple[str, float, float | None]]) -> float:
+    """How long the engine may still be working on exchanges a replay's route gave up on (proxycheck
+    at its patience, or a hop that hung up or answered an error of its own), each given as (its
+    session, seconds since it was sent, how long the same exchange took where it was answered:
+    None when it never was).
+
+    An engine goes on with a request whose client left (vLLM finishes the prefill it started): the
+    next replay must not queue behind that work, which would be a consequence of the cut, not
+    evidence. A session's abandoned exchanges add up, since the replay sent each while the one
+    before it was still being worked on, so they queued behind each other: the session is busy for
+    the sum of their times since its first was sent. Sessions side by side are batched together,
+    so the busiest of them counts. An unknown duration adds nothing (an exchange never answered
+    anywhere is a wedge that waiting does not clear); at most `SETTLE_CAP`."""
+    took: dict[str, float] = {}
+    sent: dict[str, float] = {}
+    for session, since_sent, duration in abandoned:
+        if duration is None:
+            continue
+        took[session] = took.get(session, 0.0) + duration
+        sent[session] = max(sent.get(session, 0.0), since_sent)
+    busy = max((took[s] - sent[s] for s in took), default=0.0)
+    return min(max(busy, 0.0), SETTLE_CAP)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import pytest
 
@@ -529,3 +530,76 @@ def test_a_run_with_nothing_whole_says_there_is_nothing_to_go_on() -> None:
     assert "no route was replayed in full" in verdict.summary
     verdict = run_verdict(world.localizer(), [], check_plan(world, "interrupted"))
     assert verdict.verdict == INCOMPLETE and [m.state for m in verdict.missing] == [NOT_REPLAYED] * 2
+
+
+# -- where the failures start: a turn that failed once before the steady start -------------------
+
+
+def run_scripted(hops: list[str], fails: Callable[[str, int, str, int], bool], **kw: object) -> Verdict:
+    """The localizer's verdict on replays where exchange (route, repetition, session, turn) fails
+    (a stall) exactly when `fails` says so."""
+    world = World(hops)
+    localizer = world.localizer(**kw)
+    reps: dict[str, int] = {}
+    rng = random.Random(0)
+    for _ in range(100):
+        step = localizer.next()
+        if isinstance(step, Decided):
+            return step.verdict
+        seen = []
+        for _ in range(step.repetitions):
+            rep = reps[step.route] = reps.get(step.route, 0) + 1
+            for s in range(SESSIONS):
+                for turn in range(1, TURNS + 1):
+                    outcome = Outcome.STALL_MID_STREAM if fails(step.route, rep, f"s{s}", turn) else Outcome.OK
+                    seen.append(observation(step.route, rep, f"s{s}", turn, outcome, rng))
+        localizer.add(seen)
+    raise AssertionError("the localizer never decided")
+
+
+def test_a_turn_that_failed_in_one_repetition_only_does_not_move_where_the_wedge_starts() -> None:
+    # On a real engine a prefill the hop gave up on goes on after it hung up: the next repetition's
+    # turn 1 waits behind it and meets the hop's timeout, once. The wedge starts at turn 2.
+    def fails(route: str, rep: int, session: str, turn: int) -> bool:
+        return route == "via:edge" and (turn >= 2 or (rep == 2 and session == "s0"))
+
+    verdict = run_scripted(["edge"], fails, repeat=3)
+    assert (verdict.verdict, verdict.culprit, verdict.first_turn) == (PROXY, "edge", 2), verdict.summary
+    assert "from turn 2 on; also at turn 1 in 1 of 3 repetitions (" in verdict.summary, verdict.summary
+
+
+def test_a_turn_that_failed_in_most_repetitions_is_where_the_wedge_starts() -> None:
+    # Trying to fool it the other way: turn 1 failed in 2 of 3 repetitions of a session, and a tie
+    # (1 of 2) goes to the earlier turn as well: neither is an outlier.
+    def most(route: str, rep: int, session: str, turn: int) -> bool:
+        return route == "via:edge" and (turn >= 2 or rep != 2)
+
+    verdict = run_scripted(["edge"], most, repeat=3)
+    assert verdict.first_turn == 1 and "first at turn 1" in verdict.summary, verdict.summary
+
+    def tie(route: str, rep: int, session: str, turn: int) -> bool:
+        return route == "via:edge" and (turn >= 2 or (rep == 1 and session == "s0"))
+
+    verdict = run_scripted(["edge"], tie, repeat=2)
+    assert verdict.first_turn == 1, verdict.summary
+
+
+def test_sessions_that_start_failing_at_different_turns_start_at_the_earliest() -> None:
+    # Each session's steady start counts: one that starts failing at turn 3 every time is not
+    # outvoted by the others starting later.
+    def fails(route: str, rep: int, session: str, turn: int) -> bool:
+        return route == "via:edge" and turn >= (3 if session == "s0" else 4)
+
+    verdict = run_scripted(["edge"], fails, repeat=3)
+    assert verdict.first_turn == 3 and "also at" not in verdict.summary, verdict.summary
+
+
+def test_failures_that_do_not_hold_from_a_turn_on_start_at_the_earliest_one() -> None:
+    # Not failing from a turn on (turn 3 passes in repetition 1): the steady rule does not apply, and
+    # the first failing turn, wherever it is, is where they start.
+    def fails(route: str, rep: int, session: str, turn: int) -> bool:
+        return route == "via:edge" and session == "s0" and (turn == 2 if rep == 1 else turn == 3)
+
+    verdict = run_scripted(["edge"], fails, repeat=3)
+    assert verdict.verdict == PROXY and verdict.first_turn == 2, verdict.summary
+    assert "in some exchanges, first at turn 2" in verdict.summary, verdict.summary

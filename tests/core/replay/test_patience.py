@@ -94,9 +94,20 @@ def test_patience_applies_to_the_watchdogs_without_shortening_them() -> None:
 
 
 def test_work_a_replay_abandoned_is_waited_for_only_as_long_as_it_takes_where_answered() -> None:
-    # Given up after 10 s of a 17.7 s prefill, 2 s ago: the engine is busy 5.7 s more.
-    assert still_busy([(10.0, 2.0, 17.7)]) == pytest.approx(5.7)
-    assert still_busy([(10.0, 9.0, 17.7)]) == 0.0  # done by now
-    assert still_busy([(10.0, 0.0, None)]) == 0.0  # never answered anywhere: a wedge, waiting clears nothing
-    assert still_busy([(1.0, 0.0, 10_000.0)]) == SETTLE_CAP
+    # Given up after 10 s of a 17.7 s prefill, 2 s ago (sent 12 s ago): the engine is busy 5.7 s more.
+    assert still_busy([("s1", 12.0, 17.7)]) == pytest.approx(5.7)
+    assert still_busy([("s1", 19.0, 17.7)]) == 0.0  # done by now
+    assert still_busy([("s1", 10.0, None)]) == 0.0  # never answered anywhere: a wedge, waiting clears nothing
+    assert still_busy([("s1", 1.0, 10_000.0)]) == SETTLE_CAP
     assert still_busy([]) == 0.0
+
+
+def test_a_sessions_abandoned_turns_queue_behind_each_other_while_sessions_side_by_side_do_not() -> None:
+    # A hop hung up on turn 2 at 2 s (17 s of prefill direct) and turn 3 went at once (7.4 s direct):
+    # the engine does turn 2, then turn 3; 4 s after turn 2 was sent it is busy 20.4 s more, not the
+    # 13 s the longer of the two alone would say.
+    assert still_busy([("s1", 4.0, 17.0), ("s1", 2.0, 7.4)]) == pytest.approx(20.4)
+    # Two sessions cut at once are batched side by side: the busier one is the wait.
+    assert still_busy([("s1", 4.0, 17.0), ("s2", 4.0, 7.4)]) == pytest.approx(13.0)
+    # An exchange never answered anywhere adds nothing to its session's queue.
+    assert still_busy([("s1", 4.0, 17.0), ("s1", 2.0, None)]) == pytest.approx(13.0)
