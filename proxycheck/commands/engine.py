@@ -13,10 +13,12 @@ import asyncio
 import logging
 import sys
 
-from proxycheck.commandline.common import non_negative_int, non_negative_number, parse_listen, print_warnings, probability
+from proxycheck.commandline.common import (
+    non_negative_int, non_negative_number, parse_listen, positive_int, print_warnings, probability,
+)
 from proxycheck.core.errors import EXIT_OK, BadInput
 from proxycheck.core.recording.sessions import DEFAULT_SESSION_HEADERS
-from proxycheck.core.testbed import synth
+from proxycheck.core.testbed import refusals, synth
 from proxycheck.core.testbed.faultspec import parse_fault
 from proxycheck.core.testbed.recorded_answers import ReplayMatcher
 from proxycheck.io.recordings import open_recording
@@ -58,6 +60,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    "requests, and those with ignore_eos, get exactly max_tokens (default "
                    f"{synth.DEFAULT_MAX_ANSWER_TOKENS}; 0: no cap)")
     p.add_argument("--model", default="proxycheck-reference", help="model name for /v1/models")
+    # What vLLM refuses before it generates, in its error bodies (core/testbed/refusals); by default
+    # the engine refuses none of it.
+    p.add_argument("--served-model", default=None, metavar="NAME",
+                   help="serve only this model name, as vLLM does: a request naming another gets vLLM's 404 "
+                   "(\"The model `X` does not exist\"); /v1/models lists NAME (default: any name is served)")
+    p.add_argument("--max-model-len", type=positive_int, default=None, metavar="N",
+                   help="a context window of N tokens, as vLLM's: a prompt of more (the engine's estimate, "
+                   "about 4 characters a token) gets vLLM's 400 (\"This model's maximum context length is N "
+                   "tokens\") (default: no window)")
+    p.add_argument("--no-tool-parser", dest="tool_parser", action="store_false",
+                   help="refuse tools as vLLM started without --enable-auto-tool-choice and --tool-call-parser "
+                   "does: a chat or Anthropic request offering tools gets vLLM's 400 unless its tool_choice is "
+                   "none")
     p.add_argument("--seed", type=int, default=0, help="changes every answer (default 0)")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
                    help="inject a server fault: stall:after=K, close:after=K, pause:after=K,seconds=S, delay_headers:seconds=S, "
@@ -97,6 +112,12 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("--replay-speed", "only applies with --replay DIR")
     if args.sampling and args.replay is not None:
         raise BadInput("--sampling", "does not apply with --replay DIR (recorded answers are replayed as they are)")
+    limits = refusals.Limits(args.served_model, args.max_model_len, args.tool_parser)
+    if limits.any and args.replay is not None:
+        raise BadInput("--served-model/--max-model-len/--no-tool-parser",
+                       "do not apply with --replay DIR (recorded answers are replayed as they are)")
+    if args.served_model is not None and not args.served_model.strip():
+        raise BadInput("--served-model", "is empty: give the model name the engine serves")
     if args.tool_command is not None and not args.tool_command.strip():
         raise BadInput("--tool-command", "is empty: give the command a shell tool call should run")
     # Loaded before the server starts, so a bad recording is one line and exit 2, not a 500 later.
@@ -117,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         sampling=args.sampling,
         max_answer_tokens=args.max_answer_tokens or None,
         tool_command=args.tool_command,
+        limits=limits,
     )
     try:
         asyncio.run(serve(config, host, port, ready=announce))

@@ -49,6 +49,10 @@ its socket. A create with `generate: false` (a warm-up) generates nothing (`synt
 first message of each turn carries the digest headers in its `proxycheck` member. Not in replay
 mode.
 
+Told to refuse what vLLM refuses (`EngineConfig.limits`: `--served-model`, `--max-model-len`,
+`--no-tool-parser`), a generation request is checked before it is planned and refused with vLLM's
+status and body (`proxycheck.core.testbed.refusals`); by default nothing is refused.
+
 Anthropic clients: extended thinking is planned by `synth.with_thinking`; `cache_control`
 breakpoints are looked up in and written to the engine's `promptcache.PromptCache` (the usage
 fields only; answers do not depend on it), so the answer cache is keyed by what the request read
@@ -73,7 +77,7 @@ from multidict import CIMultiDict
 
 from proxycheck.core.protocol import requestparts
 from proxycheck.core.recording.sessions import turn_number
-from proxycheck.core.testbed import responses_socket, synth, wire
+from proxycheck.core.testbed import refusals, responses_socket, synth, wire
 from proxycheck.core.testbed.faultspec import ActiveFaults, FaultSpec, active_faults
 from proxycheck.core.testbed.promptcache import NO_CACHE, CacheUse, PromptCache
 from proxycheck.core.testbed.recorded_answers import COMPLETE, HOLD, Match, NoMatch, ReplayMatcher, ReplayPlan, plan_replay
@@ -114,6 +118,8 @@ class EngineConfig:
     max_answer_tokens: int | None = synth.DEFAULT_MAX_ANSWER_TOKENS
     # The command of a shell tool call (None: the safest tool offered, a shell given `ls`).
     tool_command: str | None = None
+    # What a real engine refuses before generating (`refusals`: a model name, a context window, tools).
+    limits: refusals.Limits = field(default_factory=refusals.Limits)
 
 
 _JITTER = random.Random()  # not seeded: timing jitter differs from run to run, on purpose
@@ -181,8 +187,10 @@ class Engine:
         return web.Response(status=200)
 
     async def models(self, request: web.Request) -> web.Response:
-        doc = {"object": "list", "data": [{"id": self.config.model, "object": "model", "created": 0,
-                                          "owned_by": "proxycheck", "max_model_len": 131072}]}
+        limits = self.config.limits
+        doc = {"object": "list", "data": [{"id": limits.served_model or self.config.model, "object": "model",
+                                          "created": 0, "owned_by": "proxycheck",
+                                          "max_model_len": limits.max_model_len or 131072}]}
         return web.json_response(doc)
 
     async def count_tokens(self, request: web.Request) -> web.Response:
@@ -253,6 +261,10 @@ class Engine:
             synth.timing_extension(asked)  # checked before planning, so a bad one is a 400, not a 500
         except ValueError as exc:
             return _Refused(digest, 400, str(exc))
+        if self.config.limits.any:
+            refused = refusals.refusal(dialect, asked, synth.prompt_tokens_of(parts), self.config.limits)
+            if refused is not None:
+                return _Refused(digest, refused.status, refused.message, refused.body)
         conversation: dict[str, Any] = asked
         if dialect == "openai_responses":
             try:
