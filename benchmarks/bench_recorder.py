@@ -148,6 +148,16 @@ def compare(a: list[float], b: list[float], rate_a: float, rate_b: float) -> dic
     }
 
 
+def start_hops(hops: dict[str, Managed], upstream: str, processes: int, out: Path) -> None:
+    """`processes` mitmdump processes of each kind in front of `upstream`, added to `hops` as each
+    starts (so that the caller stops those started when one fails): `recorder-i` with the
+    recorder addon writing to `out`/i, `plain-i` streaming without it."""
+    mode = f"reverse:{upstream}"
+    for i in range(1, processes + 1):
+        hops[f"recorder-{i}"] = start_mitmdump("--mode", mode, "-s", ADDON, "--set", f"proxycheck_out={out / str(i)}")
+        hops[f"plain-{i}"] = start_mitmdump("--mode", mode, "--set", "stream_large_bodies=1")
+
+
 def measure(hops: dict[str, Managed], args: argparse.Namespace) -> dict:
     """Latency samples and throughput of every hop process, visited in rotating order round by
     round. Each kind (recorder, plain) runs as several processes, because two identical
@@ -221,10 +231,7 @@ def main() -> int:
     hops: dict[str, Managed] = {}
     try:
         upstream.wait_ready()
-        mode = f"reverse:{upstream.url}"
-        for i in range(1, args.processes + 1):
-            hops[f"recorder-{i}"] = start_mitmdump("--mode", mode, "-s", ADDON, "--set", f"proxycheck_out={out / str(i)}")
-            hops[f"plain-{i}"] = start_mitmdump("--mode", mode, "--set", "stream_large_bodies=1")
+        start_hops(hops, upstream.url, args.processes, out)
         figures = measure(hops, args)
     finally:
         for proc in (*hops.values(), upstream):

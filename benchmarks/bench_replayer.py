@@ -21,6 +21,7 @@ import math
 import sys
 import time
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable, Iterator
 
@@ -58,15 +59,43 @@ def body(i: int, tokens: int = TOKENS) -> bytes:
 # `data:` lines, the least any client can do.
 
 
-async def _baseline(url: str, concurrency: int, turns: int, parse: bool) -> float:
+@dataclass
+class Timings:
+    """What the vllm-style client measured, when asked (`bench_vllm.py`): each stream's TTFT (from
+    the send to its first event with content), the gaps between its content events, and the
+    content events and seconds of every run."""
+
+    ttft: list[float] = field(default_factory=list)
+    gaps: list[float] = field(default_factory=list)
+    content: int = 0
+    seconds: float = 0.0
+
+    def add_stream(self, sent: float, marks: list[float]) -> None:
+        """One stream sent at `sent` whose content events came at `marks` (perf_counter times)."""
+        if marks:
+            self.ttft.append(marks[0] - sent)
+            self.gaps.extend(b - a for a, b in zip(marks, marks[1:]))
+            self.content += len(marks)
+
+    @property
+    def content_per_s(self) -> float:
+        return self.content / self.seconds if self.seconds else 0.0
+
+
+async def _baseline(url: str, concurrency: int, turns: int, parse: bool,
+                    make_body: Callable[[int], bytes] = body, timings: Timings | None = None) -> float:  # fmt: skip
+    """Events per second; with `timings` (and `parse`), every stream's timings are added to it."""
     events = 0
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
         async def worker(s: int) -> None:
             nonlocal events
             for t in range(turns):
-                async with session.post(url + PATH, data=body(s * turns + t), headers=HEADERS) as resp:
-                    got, text, stamps = 0, [], []
+                sent = time.perf_counter()
+                async with session.post(url + PATH, data=make_body(s * turns + t), headers=HEADERS) as resp:
+                    if resp.status != 200:
+                        raise RuntimeError(f"baseline request failed: HTTP {resp.status}: {await resp.text()}")
+                    got, text, stamps, marks = 0, [], [], []
                     async for line in resp.content:
                         if not line.startswith(b"data:"):
                             continue
@@ -76,12 +105,19 @@ async def _baseline(url: str, concurrency: int, turns: int, parse: bool) -> floa
                             stamps.append(time.perf_counter())
                             choices = json.loads(data).get("choices")
                             if choices:
-                                text.append(choices[0]["delta"].get("content") or "")
+                                text.append(delta := choices[0]["delta"].get("content") or "")
+                                if delta and timings is not None:
+                                    marks.append(stamps[-1])
                 events += got
+                if timings is not None:
+                    timings.add_stream(sent, marks)
 
         t0 = time.monotonic()
         await asyncio.gather(*(worker(s) for s in range(concurrency)))
-        return events / (time.monotonic() - t0)
+        elapsed = time.monotonic() - t0
+        if timings is not None:
+            timings.seconds += elapsed
+        return events / elapsed
 
 
 async def replayer(url: str, concurrency: int, turns: int, client: str) -> float:
@@ -119,16 +155,17 @@ def throughput(url: str, concurrency: int, turns: int) -> dict[str, float]:
 # -------------------------------------------------------------------- (b) replay timing
 
 
-def sessions(count: int, turns: int, think: float, tokens: int, spread: float = 0.0) -> list[PlannedSession]:
+def sessions(count: int, turns: int, think: float, tokens: int, spread: float = 0.0,
+             make_body: Callable[[int, int], bytes] = body) -> list[PlannedSession]:  # fmt: skip
     """`count` sessions of `turns` turns; their recorded starts are spread evenly over `spread`
-    seconds (0: all at once)."""
+    seconds (0: all at once); `make_body(i, tokens)` is request i's body."""
     out = []
     for s in range(count):
         planned = tuple(
             PlannedTurn(
                 session=f"s{s}", turn=t, xid=s * turns + t, method="POST", url="http://recorded.invalid" + PATH,
                 dialect="openai_chat", streamed=True, http_version="HTTP/1.1",
-                headers=tuple(HEADERS.items()), body=body(s * turns + t, tokens),
+                headers=tuple(HEADERS.items()), body=make_body(s * turns + t, tokens),
                 think_time=None if t == 1 else think, new_connection=t == 1, client_id=f"c{s}",
                 recorded=RecordedOutcome(Outcome.OK),
             )  # fmt: skip
