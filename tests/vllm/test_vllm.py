@@ -110,6 +110,15 @@ def nginx_in_front(engine: Managed, *directives: str) -> Proxy:
                        f"{' '.join(directives)} }}")  # fmt: skip
 
 
+def nginx_named_from_turn_2(recording: Path, engine: Managed, nginx: Proxy, tmp: Path) -> dict:
+    """`check` of `recording` over `nginx` in front of `engine`: its verdict, once asserted to be nginx
+    from turn 2 (exit 1)."""
+    status, verdict = checked(recording, write_chain(tmp / "nginx.toml", engine.url, [("nginx", nginx.url)]), tmp)
+    assert (status, verdict["verdict"], verdict["culprit"], verdict["first_turn"]) == (1, "proxy", "nginx", 2), \
+        verdict["summary"]  # fmt: skip
+    return verdict
+
+
 # Turn 2 pastes a file of about 3k tokens (a word "lineN" is some 2.5 tokens): prefilled without the
 # prefix cache, several seconds on two CPU cores (0.26 s for 350 tokens, 4.6 s for 2.6k), against
 # turn 1's tenth of a second. The request body is some 12 KB, turn 1's a few hundred bytes.
@@ -131,12 +140,9 @@ def test_a_wedge_recorded_through_the_hop_that_cut_a_long_prefill_is_that_hop_no
         lines = recorded(nginx.proc, mitmdumps, recording, "openai", sessions=1, turns=3, max_tokens=16,
                          paste=LONG_PASTE, max_retries=0)  # fmt: skip
         assert [line["ok"] for line in lines] == [True, False], lines  # nginx ended turn 2's stream unanswered
-        chain = write_chain(tmp_path / "chain.toml", vllm_uncached.url, [("nginx", nginx.url)])
-        status, verdict = checked(recording, chain, tmp_path)
+        verdict = nginx_named_from_turn_2(recording, vllm_uncached, nginx, tmp_path)
     finally:
         nginx.stop()
-    assert (status, verdict["verdict"], verdict["culprit"], verdict["first_turn"]) == (1, "proxy", "nginx", 2), \
-        verdict["summary"]  # fmt: skip
     # vLLM sends its 200 headers at once and its first byte after the prefill: nginx, silent upstream
     # past its read timeout, can only close the stream it has begun (no 504)
     cut = [f for f in verdict["findings"] if f["route"] == "via:nginx"]
@@ -158,12 +164,9 @@ def test_anthropic_sdk_messages_from_vllm_through_a_hop_are_healthy_and_a_body_l
 
     nginx = nginx_in_front(vllm, f"client_max_body_size {BODY_LIMIT};")
     try:
-        chain = write_chain(tmp_path / "limited.toml", vllm.url, [("nginx", nginx.url)])
-        status, verdict = checked(recording, chain, tmp_path)
+        verdict = nginx_named_from_turn_2(recording, vllm, nginx, tmp_path)
     finally:
         nginx.stop()
-    assert (status, verdict["verdict"], verdict["culprit"], verdict["first_turn"]) == (1, "proxy", "nginx", 2), \
-        verdict["summary"]  # fmt: skip
     refused = [f for f in verdict["findings"] if f["route"] == "via:nginx"]
     assert {f["turn"] for f in refused} == {2} and all("413" in f["detail"] for f in refused), refused
 
