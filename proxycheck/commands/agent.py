@@ -55,6 +55,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="max_tokens per turn (default: 256)")
     p.add_argument("--tool-result-bytes", type=non_negative_int, default=2000, metavar="N",
                    help="size of each synthetic tool result (default: 2000)")
+    p.add_argument("--no-tools", dest="tools", action="store_false",
+                   help="offer no tools (for a model served without tool calls): each follow-up message pastes "
+                        "a test output of --tool-result-bytes instead, so the context still grows")
     p.add_argument("--session-id-header", type=header_name, metavar="NAME",
                    help="send the session id (s1, s2, ...) in this request header")
     p.add_argument("--on-fail", choices=("stop", "continue"), default="stop",
@@ -83,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         session_id_header=args.session_id_header,
         on_fail=args.on_fail,
         seed=args.seed,
+        tools=args.tools,
     )
     result = asyncio.run(run_agent(options))
     if args.json:

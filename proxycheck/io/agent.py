@@ -73,7 +73,8 @@ def new_client(options: AgentOptions) -> httpx.AsyncClient:
 async def run_session(options: AgentOptions, url: str, session: str, t0: float) -> SessionReport:
     """One agent: turn after turn on one client until T turns are done or (on-fail stop) one fails."""
     config = ConversationConfig(
-        options.dialect, session, options.model, options.max_tokens, options.tool_result_bytes, options.seed
+        options.dialect, session, options.model, options.max_tokens, options.tool_result_bytes, options.seed,
+        options.tools,
     )
     conversation = Conversation(config)
     headers = request_headers(options, session)

@@ -95,6 +95,7 @@ def to_json(run: AgentRun) -> dict[str, Any]:
             "session_id_header": o.session_id_header,
             "on_fail": o.on_fail,
             "seed": o.seed,
+            "tools": o.tools,
         },
         "started": run.started,
         "duration": round(run.duration, 4),

@@ -241,6 +241,21 @@ def test_cli_json_against_the_engine_exits_0(engine) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_cli_without_tools_offers_none_and_still_grows_the_context(engine) -> None:
+    """--no-tools, for a model served without tool calls: the engine, offered none, answers in text;
+    each follow-up pastes a test output, so every request is larger by about its size."""
+    result = proxycheck("agent", "--base-url", engine.url, "--sessions", "1", "--turns", "3", "--think", "0",
+                        "--max-tokens", "8", "--tool-result-bytes", "1200", "--no-tools", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is True and doc["options"]["tools"] is False
+    turns = doc["sessions"][0]["turns"]
+    assert all(t["tool_calls"] == [] and t["finish_reason"] == "stop" for t in turns), turns
+    sizes = [t["request_bytes"] for t in turns]
+    assert all(b - a > 1200 for a, b in zip(sizes, sizes[1:])), sizes
+
+
+@pytest.mark.timeout(60)
 def test_cli_table_shows_the_wedged_turn_and_exits_1(stalling_hop) -> None:
     result = proxycheck("agent", "--base-url", stalling_hop.url, "--sessions", "2", "--turns", "4", "--think", "0",
                         "--read-timeout", "1.5", "--max-tokens", "16")

@@ -28,6 +28,7 @@ class AgentOptions:
     session_id_header: str | None = None
     on_fail: Literal["stop", "continue"] = "stop"
     seed: int = 0
+    tools: bool = True  # off (--no-tools): offer none, paste test outputs instead (core.testbed.conversation)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,10 @@
 system prompt, three tools (read_file, run_tests, write_file), a user task, and then a loop in
 which every tool call the model makes is answered with a tool result and every text answer with a
 new user message. The request body therefore grows turn by turn, which is what wedges some
-proxies (body size limits, buffering, idle keep-alive) after a few rounds.
+proxies (body size limits, buffering, idle keep-alive) after a few rounds. Without tools (`tools`
+off, for an engine that serves a model without tool calls), the requests offer none, and every
+follow-up user message pastes a synthetic test output of the tool result's size instead, so the
+context still grows by about the same bytes a turn.
 
 This module owns that logic, for the ``openai_chat`` and ``anthropic_messages`` dialects: the
 request body of the next turn (`Conversation.request_body`), folding a reply into the history
@@ -109,6 +112,7 @@ class ConversationConfig:
     max_tokens: int = 256
     tool_result_bytes: int = 2000
     seed: int = 0
+    tools: bool = True  # off: no tools offered; each follow-up pastes a test output instead
 
     def __post_init__(self) -> None:
         if self.dialect not in DIALECTS:
@@ -187,7 +191,7 @@ class Conversation:
     def __init__(self, config: ConversationConfig) -> None:
         self.config = config
         self.messages: list[dict[str, Any]] = [{"role": "user", "content": self._task()}]
-        self._tools = tool_definitions(config.dialect)
+        self._tools = tool_definitions(config.dialect) if config.tools else []
 
     @property
     def turn(self) -> int:
@@ -206,13 +210,15 @@ class Conversation:
         body: dict[str, Any] = {"model": c.model, "max_tokens": c.max_tokens, "stream": True}
         if c.dialect == "openai_chat":
             body["messages"] = [{"role": "system", "content": SYSTEM_PROMPT}, *messages]
-            body["tools"] = self._tools
-            body["tool_choice"] = "auto"
+            if self._tools:
+                body["tools"] = self._tools
+                body["tool_choice"] = "auto"
             body["stream_options"] = {"include_usage": True}
         else:
             body["system"] = SYSTEM_PROMPT
             body["messages"] = messages
-            body["tools"] = self._tools
+            if self._tools:
+                body["tools"] = self._tools
         return body
 
     def encode(self) -> bytes:
@@ -282,7 +288,12 @@ class Conversation:
         return f"{rng.choice(_TASKS)} (workspace /work/{self.config.session}, ticket #{rng.randrange(1000, 10000)})"
 
     def _follow_up(self, turn: int) -> str:
-        return _rng(self.config, "follow-up", turn).choice(_FOLLOW_UPS)
+        text = _rng(self.config, "follow-up", turn).choice(_FOLLOW_UPS)
+        if self.config.tools:
+            return text
+        # No tools to fetch it with: the user pastes what run_tests would have returned.
+        pasted = synthetic_tool_output(self.config, turn, ToolCall(0, None, "run_tests", "{}", True, {}))
+        return f"{text} The test output:\n{pasted}"
 
 
 def _with_id(call: ToolCall, config: ConversationConfig, turn: int, position: int) -> ToolCall:

@@ -196,6 +196,40 @@ def test_sessions_and_seeds_make_different_conversations() -> None:
     assert play("openai_chat", 3, seed=1)[1] != base[1]
 
 
+# -- without tools (an engine serving a model without tool calls) ----------------------------------
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_without_tools_no_tools_are_offered_and_each_follow_up_pastes_a_test_output(dialect: str) -> None:
+    conv = conversation(dialect, tools=False, tool_result_bytes=1500)
+    first = conv.request_body()
+    assert "tools" not in first and "tool_choice" not in first
+    conv.add_reply("I would run the tests first.", [])
+    body = conv.request_body()
+    assert "tools" not in body
+    follow_up = body["messages"][-1]
+    assert follow_up["role"] == "user" and "The test output:\n$ pytest tests -q\n" in follow_up["content"]
+    assert len(follow_up["content"]) > 1500  # the pasted output, of the tool result's size, and the ask
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_without_tools_the_request_grows_every_turn_by_about_the_pasted_output(dialect: str) -> None:
+    """The demo on vLLM gates its gateway's fault on the body size: each turn must add the paste
+    whatever the (sampled) answer was, an empty one too."""
+    answers = ("", "A longer answer that the model sampled this time. " * 4, "")
+    bodies = []
+    for _ in range(2):  # twice: the same replies give the same bodies
+        conv = conversation(dialect, tools=False, tool_result_bytes=2000)
+        sizes = [len(conv.encode())]
+        for answer in answers:
+            conv.add_reply(answer, [])
+            sizes.append(len(conv.encode()))
+        bodies.append(conv.encode())
+    beyond_answers = [b - a - len(answer) for a, b, answer in zip(sizes, sizes[1:], answers)]
+    assert all(2000 < g < 2250 for g in beyond_answers), beyond_answers
+    assert bodies[0] == bodies[1]
+
+
 def test_request_body_is_a_copy_the_caller_may_change() -> None:
     conv = conversation("openai_chat")
     conv.request_body()["messages"].append({"role": "user", "content": "x"})
