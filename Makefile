@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test sessions bench clean venv-with-apt test-packages vllm
+.PHONY: demo demo-vllm test sessions bench clean venv-with-apt test-packages vllm
 
 # Debian packages are installed when they are missing and we may: CI runs `make test` as root on a
 # clean Debian machine. `apt-get update` runs only when an install fails without it (no package
@@ -19,6 +19,11 @@ apt_install = $(APT_GET) install $(1) >/dev/null 2>&1 || { $(APT_GET) update && 
 # its files (default proxycheck-demo/).
 demo: $(STAMP)
 	$(BIN)/proxycheck demo --out $(or $(OUT),proxycheck-demo)
+
+# The same story on a real engine: vLLM on CPU serving SmolLM2-135M-Instruct (built by `make vllm`,
+# below; its start takes about 40 s on 2 cores, the whole demo under 2 minutes).
+demo-vllm: $(STAMP) vllm
+	$(BIN)/proxycheck demo --engine vllm --out $(or $(OUT),proxycheck-demo-vllm)
 
 # Real clients and gateways whose pins conflict with mitmproxy's (h11 >= 0.16) get a venv of their
 # own, built from tests/tools/NAME.txt into .venv-NAME; the tests run them as separate processes.

@@ -122,3 +122,50 @@ def test_demo_websocket_needs_codex(tmp_path: Path) -> None:
     done = run_proxycheck("demo", "--websocket", "--out", str(tmp_path / "demo"), timeout=50)
     assert done.returncode == 2 and done.stderr == (
         "proxycheck: demo --websocket: needs --harness codex (the harness that speaks the WebSocket mode)\n")
+
+
+# -- the demo on vLLM (--engine vllm): its bad input, before anything starts (the real run is in tests/vllm/)
+
+ELSEWHERE = "(or --vllm-python and --vllm-model name one built elsewhere)"
+
+
+def _refused(tmp_path: Path, *args: str) -> str:
+    """The demo's one-line refusal of `args` (exit 2, nothing started or written), run in `tmp_path`."""
+    out = tmp_path / "demo"
+    done = run_proxycheck("demo", *args, "--out", str(out), timeout=50, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == "" and not out.exists()
+    return done.stderr
+
+
+def test_demo_on_vllm_where_it_is_not_built_names_make_vllm_and_the_flags(tmp_path: Path) -> None:
+    # The default vLLM is the project's: .venv-vllm and .models under the current directory.
+    assert _refused(tmp_path, "--engine", "vllm") == (
+        f"proxycheck: demo --engine vllm: vLLM is not installed ({tmp_path}/.venv-vllm/bin/python missing): "
+        f"`make vllm` builds it {ELSEWHERE}\n")  # fmt: skip
+
+
+def test_demo_on_vllm_installed_elsewhere_without_its_model_says_the_model_is_missing(tmp_path: Path) -> None:
+    python, model = tmp_path / "bin" / "python", tmp_path / "model"
+    python.parent.mkdir()
+    python.write_text("")
+    model.mkdir()
+    assert _refused(tmp_path, "--engine", "vllm", "--vllm-python", str(python), "--vllm-model", str(model)) == (
+        f"proxycheck: demo --engine vllm: the model is not built ({model}/config.json missing): "
+        f"`make vllm` builds it {ELSEWHERE}\n")  # fmt: skip
+
+
+@pytest.mark.parametrize("client", [["--harness", "claude-code"], ["--harness", "codex", "--websocket"], ["--websocket"]])
+def test_demo_on_vllm_refuses_the_harnesses_which_need_tool_calls_the_model_does_not_make(
+    client: list[str], tmp_path: Path
+) -> None:
+    said = _refused(tmp_path, "--engine", "vllm", *client)
+    given = " ".join(client[:2]) if client[0] == "--harness" else "--websocket"
+    assert said == (f"proxycheck: demo --engine vllm: {given} cannot run on it: the harnesses need tool calls, and "
+                    "the small model it serves makes none (its chat template has no tools)\n")  # fmt: skip
+
+
+@pytest.mark.parametrize("flag", ["--vllm-python", "--vllm-model"])
+def test_demo_vllm_flags_need_engine_vllm(flag: str, tmp_path: Path) -> None:
+    assert _refused(tmp_path, flag, str(tmp_path)) == (
+        "proxycheck: demo --vllm-python/--vllm-model: need --engine vllm\n")

@@ -18,6 +18,13 @@ synthetic agent (`proxycheck.io.harness` finds it and builds its command line): 
 README.md of a small project folder in `--out` through the chain, its home is in `--out` too, and the
 gateway stalls its turn 2 on. A harness that is not installed is bad input (exit 2).
 
+`--engine vllm` tells the synthetic agent's story on vLLM (`proxycheck.io.vllm`: the CPU build and
+the small model `make vllm` builds, or `--vllm-python` and `--vllm-model`) instead of the reference
+engine: the engine part (`EnginePart`) starts the engine and says what the agent, the gateway and the
+replay need of it; the rest of the story is the same. vLLM serves the model without tool calls, so
+the agent offers none and pastes its tool outputs (`AgentOptions.tools` off); its context grows by
+them turn by turn, so the gateway's body-size fault still fires at turn 3.
+
 `--harness codex --websocket` tells it with Codex on the Responses API's WebSocket mode (one socket
 for the session, a `response.create` message per turn): the gateway cuts the socket mid-answer
 (after STALL_AFTER_EVENTS events) from the socket's turn 2 on (its turn 1 is Codex's warm-up), a
@@ -33,6 +40,8 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from proxycheck.commandline.common import load_sessions
@@ -55,12 +64,24 @@ from proxycheck.io.inputs import check_tls, load_chain
 from proxycheck.io.outputs import check_outputs, make_dirs, write_file
 from proxycheck.io.procs import Managed, start_engine, start_mitmdump
 from proxycheck.io.recordings import open_recording
+from proxycheck.io.vllm import MEASURED_START_SECONDS, SERVED_MODEL, STOP_GRACE, VllmSetup, start_vllm
 
 # The gateway's fault: stall after 4 events once a request body passes this many bytes. The
 # agent's context grows by its tool results (about 2 KB a turn), so sessions wedge at turn 3.
 STALL_AFTER_EVENTS = 4
 STALL_FROM_BYTES = 5000
 STALL_TIMEOUT = 2.0  # the replay's stall watchdog: the demo need not wait the default 10 s
+# On vLLM the agent offers no tools and pastes a 2,000 B test output with each follow-up; its answers
+# are sampled, up to VLLM_MAX_TOKENS tokens (at most some 200 B). Its bodies are then about 0.6 KB,
+# 2.8-3.0 KB and 4.9-5.2 KB at turns 1-3: a threshold of 4,000 B stalls turn 3, with 1 KB of margin
+# either way. vLLM's first token takes up to a second at these sizes, its tokens come every 20 ms, but
+# on a busy machine (other engines on the same cores) a first token took 4 s and a stream paused 5 s:
+# the agent and the replay wait check's default 10 s before they call a silence a stall.
+VLLM_STALL_FROM_BYTES = 4000
+VLLM_MAX_TOKENS = 32
+VLLM_STALL_TIMEOUT = 10.0
+VLLM_KV_CACHE_GB = 1  # two sessions of 2k tokens need a few MB of it
+ENGINES = ("reference", "vllm")
 
 _SCRIPTS = {
     "record_addon.py": "from proxycheck.hops.record import Recorder\n\naddons = [Recorder()]\n",
@@ -89,12 +110,21 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p = commands.add_parser(
         "demo",
         help="record sessions that wedge behind a faulty hop, find the hop, fix it, replay again",
-        description="Start the reference engine and a chain of two mitmproxy hops (one recording, one "
+        description="Start an engine (the reference engine, or vLLM with --engine vllm) and a chain of two mitmproxy hops (one recording, one "
         "faulty), run agent sessions through it until they wedge, check the recording (the verdict names "
         "the hop and the turn), fix the hop and replay again. Stops everything it started.",
     )
     p.add_argument("--out", default="proxycheck-demo", metavar="DIR",
                    help="where the recording, the runs and the HTML report go (default: proxycheck-demo)")  # fmt: skip
+    p.add_argument("--engine", choices=ENGINES, default="reference",
+                   help="the engine: proxycheck's reference engine (default), or vLLM serving SmolLM2-135M-Instruct "
+                        "(`make vllm` builds both into .venv-vllm and .models/ here; its start takes about "
+                        f"{MEASURED_START_SECONDS} s on 2 cores); with the synthetic agent only")  # fmt: skip
+    p.add_argument("--vllm-python", metavar="PATH",
+                   help="with --engine vllm: the Python that has vLLM installed (default: .venv-vllm/bin/python)")
+    p.add_argument("--vllm-model", metavar="DIR",
+                   help="with --engine vllm: the model folder vLLM serves as smollm2-135m (default: "
+                        ".models/smollm2-135m)")  # fmt: skip
     p.add_argument("--harness", choices=sorted(HARNESSES), default=None,
                    help="the client: a real harness, installed in the project's .harness/ or on PATH "
                         "(default: the synthetic agent, proxycheck agent)")  # fmt: skip
@@ -106,6 +136,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run(args: argparse.Namespace) -> int:
     harness: tuple[HarnessKind, str] | None = None
+    part = _engine_part(args)
     if args.websocket and args.harness != "codex":
         raise BadInput("demo --websocket", "needs --harness codex (the harness that speaks the WebSocket mode)")
     if args.harness is not None:
@@ -120,12 +151,63 @@ def run(args: argparse.Namespace) -> int:
     started: list[Managed] = []
     t0 = time.monotonic()
     try:
-        ok = _story(out, started, harness, websocket=args.websocket)
+        ok = _story(out, started, part, harness, websocket=args.websocket)
     finally:
         for proc in reversed(started):
-            proc.stop()
+            proc.stop(grace=STOP_GRACE)  # vLLM's engine core may take seconds to leave; the others go at once
     _say(f"done in {time.monotonic() - t0:.0f} s; files in {out}/ (open {out / 'report.html'})")
     return EXIT_OK if ok else EXIT_FAULT
+
+
+@dataclass(frozen=True)
+class EnginePart:
+    """The engine the story runs on: how to start it (ready), and what the rest of the story needs of
+    it: the synthetic agent's options (all but the base URL), the request size from which the gateway
+    stalls, and the replay's stall watchdog."""
+
+    title: str
+    start: Callable[[], Managed]
+    agent: AgentOptions
+    stall_from_bytes: int = STALL_FROM_BYTES
+    stall_timeout: float = STALL_TIMEOUT
+
+
+def _reference(*engine_args: str) -> EnginePart:
+    agent = AgentOptions(base_url="", sessions=2, turns=6, think=0.2, max_tokens=40, read_timeout=STALL_TIMEOUT)
+    return EnginePart("the reference engine", lambda: start_engine(*engine_args), agent)
+
+
+def _engine_part(args: argparse.Namespace) -> EnginePart:
+    """The engine `--engine` asks for; bad input (before anything starts) where it cannot be."""
+    if args.engine == "reference":
+        if args.vllm_python or args.vllm_model:
+            raise BadInput("demo --vllm-python/--vllm-model", "need --engine vllm")
+        if args.harness:
+            return _reference(*HARNESS_ENGINE_ARGS)
+        return _reference("--token-interval", "0.01", "--ttft-per-kb", "0.001", "--tool-call-rate", "0.9")
+    if args.harness or args.websocket:
+        given = f"--harness {args.harness}" if args.harness else "--websocket"
+        raise BadInput("demo --engine vllm", f"{given} cannot run on it: the harnesses need tool calls, and the "
+                       "small model it serves makes none (its chat template has no tools)")  # fmt: skip
+    setup = VllmSetup.of_project(Path.cwd())
+    setup = VllmSetup(Path(args.vllm_python) if args.vllm_python else setup.python,
+                      Path(args.vllm_model) if args.vllm_model else setup.model)  # fmt: skip
+    reason = setup.missing()
+    if reason:
+        raise BadInput("demo --engine vllm", f"{reason} (or --vllm-python and --vllm-model name one built elsewhere)")
+    agent = AgentOptions(base_url="", sessions=2, turns=6, model=SERVED_MODEL, think=0.2, max_tokens=VLLM_MAX_TOKENS,
+                         read_timeout=VLLM_STALL_TIMEOUT, tools=False)  # fmt: skip
+    return EnginePart("vLLM (SmolLM2-135M-Instruct)", lambda: _start_vllm(setup), agent,
+                      VLLM_STALL_FROM_BYTES, VLLM_STALL_TIMEOUT)  # fmt: skip
+
+
+def _start_vllm(setup: VllmSetup) -> Managed:
+    _say(f"    starting vLLM ({setup.python}): about {MEASURED_START_SECONDS} s on 2 cores, longer on a busy "
+         "machine (it loads the model before it answers)")  # fmt: skip
+    t0 = time.monotonic()
+    engine = start_vllm(setup, kv_cache_gb=VLLM_KV_CACHE_GB)
+    _say(f"    vLLM ready in {time.monotonic() - t0:.0f} s")
+    return engine
 
 
 def _fresh(out: Path) -> None:
@@ -141,18 +223,16 @@ def _fresh(out: Path) -> None:
         write_file(out / name, text)
 
 
-def _story(out: Path, started: list[Managed], harness: tuple[HarnessKind, str] | None, *,
+def _story(out: Path, started: list[Managed], part: EnginePart, harness: tuple[HarnessKind, str] | None, *,
            websocket: bool = False) -> bool:  # fmt: skip
     client = harness[0].title if harness else "the agent"
-    _say(f"1/4 starting the reference engine and two mitmproxy hops: {client} -> edge (records) -> gateway -> engine")
+    _say(f"1/4 starting {part.title} and two mitmproxy hops: {client} -> edge (records) -> gateway -> engine")
+    engine = part.start()
+    started.append(engine)
     if harness is None:
-        engine = start_engine("--token-interval", "0.01", "--ttft-per-kb", "0.001", "--tool-call-rate", "0.9")
-        started.append(engine)
-        gate = ("--set", f"proxycheck_fault_min_body={STALL_FROM_BYTES}")
-        fault_text = f"stalls streams once a request passes {STALL_FROM_BYTES} B"
+        gate = ("--set", f"proxycheck_fault_min_body={part.stall_from_bytes}")
+        fault_text = f"stalls streams once a request passes {part.stall_from_bytes} B"
     else:
-        engine = start_engine(*HARNESS_ENGINE_ARGS)
-        started.append(engine)
         gate, fault_text = _harness_gate(harness[0], websocket)
     faults = (*(() if websocket else ("--set", f"proxycheck_fault_stall_after={STALL_AFTER_EVENTS}")), *gate)
     gateway_args = ("--mode", f"reverse:{engine.url}", "-s", str(out / "faults_addon.py"))
@@ -163,7 +243,7 @@ def _story(out: Path, started: list[Managed], harness: tuple[HarnessKind, str] |
                           "--set", f"proxycheck_out={recording}")  # fmt: skip
     started.append(edge)
     _say(f"    engine {engine.url}, gateway {gateway.url} ({fault_text}), edge {edge.url}")
-    wedged = _run_agent(edge.url) if harness is None else _run_harness(out, edge.url, *harness, websocket=websocket)
+    wedged = _run_agent(replace(part.agent, base_url=edge.url)) if harness is None else _run_harness(out, edge.url, *harness, websocket=websocket)
     if not wedged:
         return False
 
@@ -171,7 +251,7 @@ def _story(out: Path, started: list[Managed], harness: tuple[HarnessKind, str] |
     write_file(chain, f'engine = "{engine.url}"\n[[hop]]\nname = "edge"\nurl = "{edge.url}"\n'
                       f'[[hop]]\nname = "gateway"\nurl = "{gateway.url}"\n')  # fmt: skip
     _say(f"3/4 proxycheck check {recording} --chain {chain}")
-    status = _check(recording, chain, out / "check-run", Reports(html=str(out / "report.html")))
+    status = _check(recording, chain, out / "check-run", Reports(html=str(out / "report.html")), part.stall_timeout)
     sys.stdout.flush()
     found = json.loads((out / "check-run" / "verdict.json").read_text())
     if status != EXIT_FAULT or found["culprit"] != "gateway":
@@ -182,7 +262,7 @@ def _story(out: Path, started: list[Managed], harness: tuple[HarnessKind, str] |
     gateway.stop()
     started.remove(gateway)
     started.append(start_mitmdump(*gateway_args, port=gateway.port))
-    status = _check(recording, chain, out / "fixed-run", Reports())
+    status = _check(recording, chain, out / "fixed-run", Reports(), part.stall_timeout)
     sys.stdout.flush()
     fixed = json.loads((out / "fixed-run" / "verdict.json").read_text())
     if status != EXIT_OK:
@@ -193,13 +273,12 @@ def _story(out: Path, started: list[Managed], harness: tuple[HarnessKind, str] |
     return True
 
 
-def _run_agent(edge_url: str) -> bool:
+def _run_agent(options: AgentOptions) -> bool:
     """Step 2 with the synthetic agent: whether its sessions wedged."""
     # io.agent loads httpx and aiohttp: imported when the demo runs, not at every start.
     from proxycheck.io.agent import run_agent
 
-    _say("2/4 the agent runs 2 sessions of up to 6 turns through edge")
-    options = AgentOptions(base_url=edge_url, sessions=2, turns=6, think=0.2, max_tokens=40, read_timeout=STALL_TIMEOUT)
+    _say(f"2/4 the agent runs {options.sessions} sessions of up to {options.turns} turns through edge")
     agent = asyncio.run(run_agent(options))
     for session in agent.sessions:
         turns = " ".join(f"{t.turn}:{t.outcome.value}" for t in session.turns)
@@ -270,9 +349,9 @@ def _run_harness(out: Path, edge_url: str, kind: HarnessKind, command: str, *, w
     return True
 
 
-def _check(recording: Path, chain_file: Path, run: Path, reports: Reports) -> int:
-    """`proxycheck check RECORDING --chain CHAIN --stall-timeout STALL_TIMEOUT --out RUN`, as the
-    command runs it (its progress, its verdict and reports); its exit status."""
+def _check(recording: Path, chain_file: Path, run: Path, reports: Reports, stall: float) -> int:
+    """`proxycheck check RECORDING --chain CHAIN --stall-timeout STALL --out RUN`, as the command
+    runs it (its progress, its verdict and reports); its exit status."""
     # io.diagnosis and io.replayer load httpx and aiohttp: imported when the demo runs.
     from proxycheck.io.diagnosis import CheckRun, CheckSettings
     from proxycheck.io.replayer import ReplayOptions
@@ -281,7 +360,7 @@ def _check(recording: Path, chain_file: Path, run: Path, reports: Reports) -> in
     routes = {name: chain.route(name) for name in chain.ladder()}
     check_tls(routes.values())
     sessions = load_sessions(str(recording))
-    options = ReplayOptions(watchdogs=derive_watchdogs(sessions).with_overrides(stall=STALL_TIMEOUT), chain=chain)
+    options = ReplayOptions(watchdogs=derive_watchdogs(sessions).with_overrides(stall=stall), chain=chain)
     check = CheckRun(str(recording), chain, routes, sessions, options, CheckSettings(), str(run))
     return report_check(check, reports)
 
