@@ -155,7 +155,10 @@ def test_demo_on_vllm_installed_elsewhere_without_its_model_says_the_model_is_mi
         f"`make vllm` builds it {ELSEWHERE}\n")  # fmt: skip
 
 
-@pytest.mark.parametrize("client", [["--harness", "claude-code"], ["--harness", "codex", "--websocket"], ["--websocket"]])
+CLIENTS = [["--harness", "claude-code"], ["--harness", "codex", "--websocket"], ["--websocket"]]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
 def test_demo_on_vllm_refuses_the_harnesses_which_need_tool_calls_the_model_does_not_make(
     client: list[str], tmp_path: Path
 ) -> None:

@@ -110,9 +110,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p = commands.add_parser(
         "demo",
         help="record sessions that wedge behind a faulty hop, find the hop, fix it, replay again",
-        description="Start an engine (the reference engine, or vLLM with --engine vllm) and a chain of two mitmproxy hops (one recording, one "
-        "faulty), run agent sessions through it until they wedge, check the recording (the verdict names "
-        "the hop and the turn), fix the hop and replay again. Stops everything it started.",
+        description="Start an engine (the reference engine, or vLLM with --engine vllm) and a chain of two "
+        "mitmproxy hops (one recording, one faulty), run agent sessions through it until they wedge, check the "
+        "recording (the verdict names the hop and the turn), fix the hop and replay again. Stops everything it "
+        "started.",
     )
     p.add_argument("--out", default="proxycheck-demo", metavar="DIR",
                    help="where the recording, the runs and the HTML report go (default: proxycheck-demo)")  # fmt: skip
@@ -121,10 +122,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "(`make vllm` builds both into .venv-vllm and .models/ here; its start takes about "
                         f"{MEASURED_START_SECONDS} s on 2 cores); with the synthetic agent only")  # fmt: skip
     p.add_argument("--vllm-python", metavar="PATH",
-                   help="with --engine vllm: the Python that has vLLM installed (default: .venv-vllm/bin/python)")
+                   help="with --engine vllm: the Python that has vLLM installed, for a vLLM installed elsewhere "
+                        "(default: .venv-vllm/bin/python here)")  # fmt: skip
     p.add_argument("--vllm-model", metavar="DIR",
-                   help="with --engine vllm: the model folder vLLM serves as smollm2-135m (default: "
-                        ".models/smollm2-135m)")  # fmt: skip
+                   help="with --engine vllm: the model folder vLLM serves as smollm2-135m, for one built elsewhere "
+                        "(default: .models/smollm2-135m here)")  # fmt: skip
     p.add_argument("--harness", choices=sorted(HARNESSES), default=None,
                    help="the client: a real harness, installed in the project's .harness/ or on PATH "
                         "(default: the synthetic agent, proxycheck agent)")  # fmt: skip
@@ -243,7 +245,10 @@ def _story(out: Path, started: list[Managed], part: EnginePart, harness: tuple[H
                           "--set", f"proxycheck_out={recording}")  # fmt: skip
     started.append(edge)
     _say(f"    engine {engine.url}, gateway {gateway.url} ({fault_text}), edge {edge.url}")
-    wedged = _run_agent(replace(part.agent, base_url=edge.url)) if harness is None else _run_harness(out, edge.url, *harness, websocket=websocket)
+    if harness is None:
+        wedged = _run_agent(replace(part.agent, base_url=edge.url))
+    else:
+        wedged = _run_harness(out, edge.url, *harness, websocket=websocket)
     if not wedged:
         return False
 
