@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -24,15 +25,56 @@ import pytest
 from cli_runner import run_proxycheck
 from processes import EngineFactory, MitmdumpFactory, write_chain
 from sdk import converse
-from vllm_engine import MAX_MODEL_LEN, REPO, SERVED_MODEL
+from vllm_engine import MAX_MODEL_LEN, REPO, SERVED_MODEL, missing
 
 from proxycheck.io.agent import AgentOptions, run_agent
-from proxycheck.io.procs import Managed
+from proxycheck.io.procs import Managed, port_accepts
+from proxycheck.io.vllm import MEASURED_START_SECONDS
 
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 from proxies import Proxy, start_nginx  # noqa: E402  (the proxy matrix's real nginx, stopped by pid)
 
 pytestmark = pytest.mark.timeout(480)
+
+
+# -- the demo, first: it starts its own engine, before the session's start ----------------------
+
+# The start (about 40 s, minutes on a busy machine, at most START_TIMEOUT) and about a minute of story.
+DEMO_TIMEOUT = 420
+
+
+@pytest.mark.timeout(DEMO_TIMEOUT + 30)
+def test_the_demo_runs_on_vllm(tmp_path: Path) -> None:
+    # `proxycheck demo --engine vllm`, run as a user runs it. It starts its own vLLM, not the
+    # session's: defined first, it runs while no engine of the session is up yet.
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    out = tmp_path / "demo"
+    done = run_proxycheck("demo", "--engine", "vllm", "--out", str(out), timeout=DEMO_TIMEOUT)
+    shown = done.stdout + done.stderr
+    assert done.returncode == 0, shown[-4000:]
+    assert "Traceback" not in shown
+    # It says how long vLLM's start takes before it waits, and how long it took once ready.
+    before = shown.index(f"about {MEASURED_START_SECONDS} s on 2 cores")
+    assert re.search(r"vLLM ready in \d+ s", shown[before:]), shown[:2000]
+    # The sessions wedged behind the gateway; the verdict names it and the turn the wedge starts...
+    found = json.loads((out / "check-run" / "verdict.json").read_text())
+    assert found["verdict"] == "proxy" and found["culprit"] == "gateway", found["summary"]
+    assert found["first_turn"] == 3
+    assert "hop gateway stalls mid-stream from turn 3 on" in shown
+    # ...and with the gateway fixed the regression replay is clean.
+    fixed = json.loads((out / "fixed-run" / "verdict.json").read_text())
+    assert fixed["verdict"] == "not-reproduced"
+    assert all(r["failures"] == 0 and r["state"] == "clean" for r in fixed["routes"]), fixed["routes"]
+    assert "regression replay clean" in shown
+    # Everything it started is stopped, vLLM too: nothing listens on the chain's ports any more.
+    chain = (out / "chain.toml").read_text()
+    ports = [int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", chain)]
+    assert len(ports) == 3 and not any(port_accepts("127.0.0.1", p) for p in ports)
+
+
+# -- the session's engines --------------------------------------------------------------------
 
 
 def test_openai_sdk_streams_from_vllm_are_read_whole_and_a_chain_of_just_the_engine_is_healthy(
