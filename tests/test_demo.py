@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from cli_runner import run_proxycheck
+from demo_story import assert_story_told
 
 from proxycheck.io.harness import HARNESSES, find_harness
 from proxycheck.io.storage import load
-from proxycheck.io.procs import port_accepts
 
 REPO = Path(__file__).resolve().parents[1]
 # What the demo with a real harness says when the harness is missing: the one line, exit 2.
@@ -36,21 +35,8 @@ def test_make_demo_finds_the_faulty_hop_then_replays_clean(tmp_path: Path) -> No
     shown = proc.stdout + proc.stderr
     assert proc.returncode == 0, shown[-4000:]
     assert "Traceback" not in shown
-    # The verdict names the faulty hop and the turn where the wedge starts...
-    found = json.loads((out / "check-run" / "verdict.json").read_text())
-    assert found["verdict"] == "proxy" and found["culprit"] == "gateway", found["summary"]
-    assert found["first_turn"] == 3
-    assert "hop gateway stalls mid-stream from turn 3 on" in shown
-    # ...the HTML report is written, and the regression replay after the fix is clean.
-    assert 'id="verdict"' in (out / "report.html").read_text()
-    fixed = json.loads((out / "fixed-run" / "verdict.json").read_text())
-    assert fixed["verdict"] == "not-reproduced"
-    assert all(r["failures"] == 0 and r["state"] == "clean" for r in fixed["routes"]), fixed["routes"]
-    assert "regression replay clean" in shown
-    # Everything it started is stopped: nothing listens on the chain's ports any more.
-    chain = (out / "chain.toml").read_text()
-    ports = [int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", chain)]
-    assert len(ports) == 3 and not any(port_accepts("127.0.0.1", p) for p in ports)
+    assert_story_told(out, shown)
+    assert 'id="verdict"' in (out / "report.html").read_text()  # the HTML report is written
 
 
 @pytest.mark.timeout(60)
@@ -83,19 +69,8 @@ def test_demo_with_a_real_harness_finds_the_faulty_hop_then_replays_clean(harnes
     assert "Traceback" not in shown
     # The harness ran the demo's project through the chain and wedged...
     assert f"{HARNESSES[harness].title} runs" in shown and (out / "project" / "README.md").exists()
-    # ...the verdict names the faulty hop and the turn where the wedge starts...
-    found = json.loads((out / "check-run" / "verdict.json").read_text())
-    assert found["verdict"] == "proxy" and found["culprit"] == "gateway", found["summary"]
-    assert found["first_turn"] == FIRST_FAILING_TURN
-    assert f"culprit: hop gateway   from turn {FIRST_FAILING_TURN}" in shown
-    # ...and with the gateway fixed the regression replay is clean.
-    fixed = json.loads((out / "fixed-run" / "verdict.json").read_text())
-    assert fixed["verdict"] == "not-reproduced"
-    assert all(r["failures"] == 0 and r["state"] == "clean" for r in fixed["routes"]), fixed["routes"]
-    assert "regression replay clean" in shown
-    chain = (out / "chain.toml").read_text()
-    ports = [int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", chain)]
-    assert len(ports) == 3 and not any(port_accepts("127.0.0.1", p) for p in ports)
+    # ...the verdict names the faulty hop and the turn where the wedge starts, the fixed replay is clean
+    assert_story_told(out, shown, FIRST_FAILING_TURN, f"culprit: hop gateway   from turn {FIRST_FAILING_TURN}")
 
 
 @pytest.mark.timeout(180)

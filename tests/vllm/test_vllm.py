@@ -23,12 +23,13 @@ from pathlib import Path
 
 import pytest
 from cli_runner import run_proxycheck
+from demo_story import assert_story_told
 from processes import EngineFactory, MitmdumpFactory, write_chain
 from sdk import converse
 from vllm_engine import MAX_MODEL_LEN, REPO, SERVED_MODEL, missing
 
 from proxycheck.io.agent import AgentOptions, run_agent
-from proxycheck.io.procs import Managed, port_accepts
+from proxycheck.io.procs import Managed
 from proxycheck.io.vllm import MEASURED_START_SECONDS
 
 sys.path.insert(0, str(REPO / "tests" / "integration"))
@@ -58,20 +59,7 @@ def test_the_demo_runs_on_vllm(tmp_path: Path) -> None:
     # It says how long vLLM's start takes before it waits, and how long it took once ready.
     before = shown.index(f"about {MEASURED_START_SECONDS} s on 2 cores")
     assert re.search(r"vLLM ready in \d+ s", shown[before:]), shown[:2000]
-    # The sessions wedged behind the gateway; the verdict names it and the turn the wedge starts...
-    found = json.loads((out / "check-run" / "verdict.json").read_text())
-    assert found["verdict"] == "proxy" and found["culprit"] == "gateway", found["summary"]
-    assert found["first_turn"] == 3
-    assert "hop gateway stalls mid-stream from turn 3 on" in shown
-    # ...and with the gateway fixed the regression replay is clean.
-    fixed = json.loads((out / "fixed-run" / "verdict.json").read_text())
-    assert fixed["verdict"] == "not-reproduced"
-    assert all(r["failures"] == 0 and r["state"] == "clean" for r in fixed["routes"]), fixed["routes"]
-    assert "regression replay clean" in shown
-    # Everything it started is stopped, vLLM too: nothing listens on the chain's ports any more.
-    chain = (out / "chain.toml").read_text()
-    ports = [int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", chain)]
-    assert len(ports) == 3 and not any(port_accepts("127.0.0.1", p) for p in ports)
+    assert_story_told(out, shown)
 
 
 # -- the session's engines --------------------------------------------------------------------
