@@ -33,12 +33,13 @@ HARNESS       := .harness
 HARNESS_PINS  := tests/tools/harness/package.json tests/tools/harness/package-lock.json
 HARNESS_STAMP := $(HARNESS)/.installed
 
-# The real-process tests mostly wait on sockets and timers, so three workers on two cores cut the
-# wall time by about 2.7x; a test file stays on one worker (its module fixtures start once). Tests
-# that compare timings of separate runs (marked `alone`) run afterwards, with nothing beside them.
+# The real-process tests mostly wait on sockets and timers (a whole run keeps the two cores about a
+# third busy), so four workers on two cores cut the wall time several times; a test file stays on
+# one worker (its module fixtures start once). Tests that compare timings of separate runs (marked
+# `alone`) run afterwards, with nothing beside them.
 test: $(STAMP) test-packages $(TOOL_VENVS) $(HARNESS_STAMP)
 	@$(MAKE) --no-print-directory vllm || echo "make vllm failed: the real-engine tests (tests/vllm/) will skip, saying why"
-	$(BIN)/python -m pytest -n 3 --dist loadfile -m "not alone"
+	$(BIN)/python -m pytest -n 4 --dist loadfile -m "not alone"
 	$(BIN)/python -m pytest -m alone
 
 .venv-%/.installed: tests/tools/%.txt
