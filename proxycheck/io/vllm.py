@@ -4,8 +4,8 @@ tests (tests/vllm/) and the real-engine benchmarks.
 `VllmSetup` says which Python has vLLM (the CPU build `make vllm` puts in .venv-vllm) and which
 model it serves (SmolLM2-135M-Instruct in .models/smollm2-135m, also from `make vllm`);
 `VllmSetup.missing()` says, in one line naming the make target, why it cannot start here.
-`start_vllm` (`launch_vllm`, then `wait_ready`) runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` script of this build
-fails with PackageNotFoundError) on a loopback port as a `Managed` process: its own process group
+`start_vllm` (`launch_vllm`, then `wait_ready`) runs `python -m vllm.entrypoints.openai.api_server`
+(the `vllm` script of this build fails with PackageNotFoundError) on a loopback port as a `Managed` process: its own process group
 (the engine core is a child process), stopped by its pid. vLLM binds its port before it has loaded
 the model, so an accepting port is not readiness: it is ready once GET /health answers 200.
 """
@@ -53,13 +53,15 @@ class VllmSetup:
         return None
 
 
-def start_vllm(setup: VllmSetup, *args: str, timeout: float = START_TIMEOUT, kv_cache_gb: int = 2) -> Managed:
+def start_vllm(setup: VllmSetup, *args: str, timeout: float = START_TIMEOUT, kv_cache_gb: int = 2,
+               reserved_cpus: int = 0) -> Managed:  # fmt: skip
     """vLLM serving `setup.model` as SERVED_MODEL on a loopback port, ready (GET /health is 200);
-    `args` are more server flags. `kv_cache_gb`: its KV cache (VLLM_CPU_KVCACHE_SPACE)."""
-    return wait_ready(launch_vllm(setup, *args, kv_cache_gb=kv_cache_gb), timeout)
+    `args` are more server flags. `kv_cache_gb`: its KV cache (VLLM_CPU_KVCACHE_SPACE);
+    `reserved_cpus`: cores its compute threads leave to other work (VLLM_CPU_NUM_OF_RESERVED_CPU)."""
+    return wait_ready(launch_vllm(setup, *args, kv_cache_gb=kv_cache_gb, reserved_cpus=reserved_cpus), timeout)
 
 
-def launch_vllm(setup: VllmSetup, *args: str, kv_cache_gb: int = 2) -> Managed:
+def launch_vllm(setup: VllmSetup, *args: str, kv_cache_gb: int = 2, reserved_cpus: int = 0) -> Managed:
     """vLLM started, not yet ready (`wait_ready`): engines launched together load side by side."""
     port = free_port()
     argv = [
@@ -73,6 +75,8 @@ def launch_vllm(setup: VllmSetup, *args: str, kv_cache_gb: int = 2) -> Managed:
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
+    if reserved_cpus:
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(reserved_cpus)
     return Managed(argv, "127.0.0.1", port, name="vllm", env=env)
 
 

@@ -445,6 +445,31 @@ def test_a_burst_on_a_few_exchanges_of_a_route_is_not_a_habit() -> None:
     assert outcomes(judge(route, ref, noise_floor(ref))).count("buffered") == 7
 
 
+def test_bursts_in_one_repetition_of_a_route_are_the_machine_not_the_hop() -> None:
+    # Trying to fool it: most of the route's exchanges that could show it (3 of 4) arrive in one
+    # burst, but all in repetition 2 (the machine starved of CPU for a moment bunches every stream of
+    # that moment). A hop that buffers does it every time.
+    ref = direct_twice(4, n=24, ttft=0.03, itl=0.005)
+
+    def route(bursty: set[tuple[int, int]]) -> list[Observation]:
+        # repetition 1 has turn 1 only (its other turns failed before: no comparison), repetition 2 turns 2-4
+        cells = [(1, 1), (2, 2), (2, 3), (2, 4)]
+        return [ex(t, rep=r, route="via:edge", n=24, ttft=0.03, itl=0.005, burst=24 if (r, t) in bursty else 1)
+                for r, t in cells]  # fmt: skip
+
+    judged = judge(route({(2, 2), (2, 3), (2, 4)}), ref, noise_floor(ref))
+    assert outcomes(judged) == ["ok"] * 4
+    assert judged[1].detail.endswith("(not counted: 3 of 4 exchanges on this route, all in repetition 2, "
+                                     "not a habit of the route)")  # fmt: skip
+    # The same share over both repetitions is the hop's habit.
+    assert outcomes(judge(route({(1, 1), (2, 3), (2, 4)}), ref, noise_floor(ref))).count("buffered") == 3
+    # Half is not most: 2 of 4, one in each repetition.
+    assert outcomes(judge(route({(1, 1), (2, 3)}), ref, noise_floor(ref))) == ["ok"] * 4
+    # A route replayed once has one repetition to show it in.
+    once = [ex(t, route="via:edge", n=24, ttft=0.03, itl=0.005, burst=1 if t == 1 else 24) for t in range(1, 5)]
+    assert outcomes(judge(once, ref, noise_floor(ref))).count("buffered") == 3
+
+
 def test_buffered_in_several_bursts() -> None:
     ref = [ex(1, n=24)]
     (j,) = judge([ex(1, route="r", n=24, burst=12)], ref, DETERMINISTIC)
