@@ -1,7 +1,6 @@
 """vLLM on CPU, a real engine, driven by real clients through the recorder and real hops: what
 `sessions` reads of its streams, what `check` says of healthy chains and of hops that fail on what
-a real engine does (a long prefill, a growing body, a refused context), and what `bench` and
-`compare` say of two configurations of it.
+a real engine does (a long prefill, a growing body, a refused context), and the demo told on it.
 
 The same recordings are replayed against the reference engine too: what vLLM does that it did not
 is either taught to it (core/testbed/refusals) or written down in docs/design.md.
