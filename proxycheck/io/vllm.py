@@ -53,16 +53,15 @@ class VllmSetup:
         return None
 
 
-def start_vllm(setup: VllmSetup, *args: str, timeout: float = START_TIMEOUT, kv_cache_gb: int = 2,
-               reserved_cpus: int = 0) -> Managed:  # fmt: skip
+def start_vllm(setup: VllmSetup, *args: str, timeout: float = START_TIMEOUT, kv_cache_gb: int = 2) -> Managed:
     """vLLM serving `setup.model` as SERVED_MODEL on a loopback port, ready (GET /health is 200);
-    `args` are more server flags. `kv_cache_gb`: its KV cache (VLLM_CPU_KVCACHE_SPACE);
-    `reserved_cpus`: cores its compute threads leave to other work (VLLM_CPU_NUM_OF_RESERVED_CPU)."""
-    return wait_ready(launch_vllm(setup, *args, kv_cache_gb=kv_cache_gb, reserved_cpus=reserved_cpus), timeout)
+    `args` are more server flags. `kv_cache_gb`: its KV cache (VLLM_CPU_KVCACHE_SPACE)."""
+    return wait_ready(launch_vllm(setup, *args, kv_cache_gb=kv_cache_gb), timeout)
 
 
 def launch_vllm(setup: VllmSetup, *args: str, kv_cache_gb: int = 2, reserved_cpus: int = 0) -> Managed:
-    """vLLM started, not yet ready (`wait_ready`): engines launched together load side by side."""
+    """vLLM started, not yet ready (`wait_ready`): engines launched together load side by side.
+    `reserved_cpus`: cores its compute threads leave to other work (VLLM_CPU_NUM_OF_RESERVED_CPU)."""
     port = free_port()
     argv = [
         str(setup.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(setup.model),

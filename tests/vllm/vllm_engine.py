@@ -24,7 +24,7 @@ RESERVED_CPUS = 1
 # the cache its recording filled; without it every replay pays the whole prefill, as a first visit does.
 NO_PREFIX_CACHING = "--no-enable-prefix-caching"
 
-__all__ = ["MAX_MODEL_LEN", "NO_PREFIX_CACHING", "SERVED_MODEL", "SETUP", "missing", "start_vllm", "start_vllms"]
+__all__ = ["MAX_MODEL_LEN", "NO_PREFIX_CACHING", "SERVED_MODEL", "SETUP", "missing", "start_vllms"]
 
 
 def missing() -> str | None:
@@ -34,11 +34,6 @@ def missing() -> str | None:
     if not MODEL_BUILT.exists():
         return f"the model is not built ({SETUP.model.relative_to(REPO)}/ missing): `make vllm` builds it"
     return None
-
-
-def start_vllm(*args: str, kv_cache_gb: int = 2) -> Managed:
-    """vLLM on a loopback port, ready; `args` are more server flags."""
-    return wait_ready(launch_vllm(SETUP, *args, kv_cache_gb=kv_cache_gb, reserved_cpus=RESERVED_CPUS))
 
 
 def start_vllms(*configurations: tuple[str, ...], kv_cache_gb: int = 2) -> list[Managed]:
