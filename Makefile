@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(BIN)/proxycheck demo --out $(or $(OUT),proxycheck-demo)
 
 # The same story on a real engine: vLLM on CPU serving SmolLM2-135M-Instruct (built by `make vllm`,
-# below; its start takes about 40 s on 2 cores, the whole demo under 2 minutes).
+# below; its start takes about a minute on 2 cores, the whole demo 2-4 minutes by the CPU's speed).
 demo-vllm: $(STAMP) vllm
 	$(BIN)/proxycheck demo --engine vllm --out $(or $(OUT),proxycheck-demo-vllm)
 
@@ -36,9 +36,13 @@ HARNESS_STAMP := $(HARNESS)/.installed
 # The real-process tests mostly wait on sockets and timers (a whole run keeps the two cores about a
 # third busy), so four workers on two cores cut the wall time several times; a test file stays on
 # one worker (its module fixtures start once). Tests that compare timings of separate runs (marked
-# `alone`) run afterwards, with nothing beside them.
+# `alone`) run afterwards, with nothing beside them. Before the tests, the machine's figures they
+# depend on are printed (its CPUs and their features, the real engine's speed measured here: about a
+# minute), so that a red run on a strange machine explains itself. The real-engine tests are
+# collected first (tests/conftest.py), so that their file, the longest, starts at once.
 test: $(STAMP) test-packages $(TOOL_VENVS) $(HARNESS_STAMP)
 	@$(MAKE) --no-print-directory vllm || echo "make vllm failed: the real-engine tests (tests/vllm/) will skip, saying why"
+	@$(BIN)/python tests/tools/machine_figures.py
 	$(BIN)/python -m pytest -n 4 --dist loadfile -m "not alone"
 	$(BIN)/python -m pytest -m alone
 

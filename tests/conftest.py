@@ -1,7 +1,8 @@
 """Shared test set-up: hypothesis profiles (deterministic and deadline-free in CI, where the
 machine is shared and slow), paths to fixtures, and the process factories: `engines` and
 `mitmdumps` (one test's) and `module_engines` and `module_mitmdumps` (one module's), whose
-processes are stopped by their pid when the fixture ends (tests/processes.py)."""
+processes are stopped by their pid when the fixture ends (tests/processes.py). The real engine's
+tests are collected first (`pytest_collection_modifyitems`)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,9 @@ def mitmdumps() -> Iterator[MitmdumpFactory]:
 def module_mitmdumps() -> Iterator[MitmdumpFactory]:
     """The same hops, shared by the module's tests."""
     yield from stopped_at_the_end(MitmdumpFactory())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The real engine's tests first: their file is the longest (several minutes on a slow CPU) and
+    `--dist loadfile` hands files to workers in this order, so it starts at once instead of last."""
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/vllm/"))  # stable: the rest keep their order

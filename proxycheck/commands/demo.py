@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import shutil
 import sys
 import time
@@ -64,7 +65,16 @@ from proxycheck.io.inputs import check_tls, load_chain
 from proxycheck.io.outputs import check_outputs, make_dirs, write_file
 from proxycheck.io.procs import Managed, start_engine, start_mitmdump
 from proxycheck.io.recordings import open_recording
-from proxycheck.io.vllm import MEASURED_START_SECONDS, SERVED_MODEL, STOP_GRACE, VllmSetup, start_vllm
+from proxycheck.core.testbed.engine_speed import settings_for
+from proxycheck.io.vllm import (
+    MEASURED_START_SECONDS,
+    SERVED_MODEL,
+    STOP_GRACE,
+    VllmSetup,
+    measure_speed,
+    read_cpu,
+    start_vllm,
+)
 
 # The gateway's fault: stall after 4 events once a request body passes this many bytes. The
 # agent's context grows by its tool results (about 2 KB a turn), so sessions wedge at turn 3.
@@ -74,12 +84,16 @@ STALL_TIMEOUT = 2.0  # the replay's stall watchdog: the demo need not wait the d
 # On vLLM the agent offers no tools and pastes a 2,000 B test output with each follow-up; its answers
 # are sampled, up to VLLM_MAX_TOKENS tokens (at most some 200 B). Its bodies are then about 0.6 KB,
 # 2.8-3.0 KB and 4.9-5.2 KB at turns 1-3: a threshold of 4,000 B stalls turn 3, with 1 KB of margin
-# either way. vLLM's first token takes up to a second at these sizes, its tokens come every 20 ms, but
-# on a busy machine (other engines on the same cores) a first token took 4 s and a stream paused 5 s:
-# the agent and the replay wait check's default 10 s before they call a silence a stall.
+# either way. How long vLLM takes to a first token at these sizes differs many times between CPUs
+# (0.5 s on an AVX-512 Xeon, 5 s on an AVX2 EPYC, more on a busy machine), so the agent and the
+# replay call a silence a stall only after VLLM_STALL_MARGIN times the first token of the largest
+# prompt (VLLM_LARGEST_TOKENS: turn 3's 5.2 KB at 2.5 bytes a token), as measured on the engine once
+# it is ready, and never before check's default 10 s.
 VLLM_STALL_FROM_BYTES = 4000
 VLLM_MAX_TOKENS = 32
 VLLM_STALL_TIMEOUT = 10.0
+VLLM_LARGEST_TOKENS = 2100
+VLLM_STALL_MARGIN = 4.0
 VLLM_KV_CACHE_GB = 1  # two sessions of 2k tokens need a few MB of it
 ENGINES = ("reference", "vllm")
 
@@ -163,20 +177,20 @@ def run(args: argparse.Namespace) -> int:
 
 @dataclass(frozen=True)
 class EnginePart:
-    """The engine the story runs on: how to start it (ready), and what the rest of the story needs of
-    it: the synthetic agent's options (all but the base URL), the request size from which the gateway
-    stalls, and the replay's stall watchdog."""
+    """The engine the story runs on: how to start it (ready, with the stall watchdog that fits it:
+    the agent's read timeout and the replay's), and what the rest of the story needs of it: the
+    synthetic agent's options (all but the base URL and the read timeout), and the request size from
+    which the gateway stalls."""
 
     title: str
-    start: Callable[[], Managed]
+    start: Callable[[], tuple[Managed, float]]
     agent: AgentOptions
     stall_from_bytes: int = STALL_FROM_BYTES
-    stall_timeout: float = STALL_TIMEOUT
 
 
 def _reference(*engine_args: str) -> EnginePart:
-    agent = AgentOptions(base_url="", sessions=2, turns=6, think=0.2, max_tokens=40, read_timeout=STALL_TIMEOUT)
-    return EnginePart("the reference engine", lambda: start_engine(*engine_args), agent)
+    agent = AgentOptions(base_url="", sessions=2, turns=6, think=0.2, max_tokens=40)
+    return EnginePart("the reference engine", lambda: (start_engine(*engine_args), STALL_TIMEOUT), agent)
 
 
 def _engine_part(args: argparse.Namespace) -> EnginePart:
@@ -198,18 +212,27 @@ def _engine_part(args: argparse.Namespace) -> EnginePart:
     if reason:
         raise BadInput("demo --engine vllm", f"{reason} (or --vllm-python and --vllm-model name one built elsewhere)")
     agent = AgentOptions(base_url="", sessions=2, turns=6, model=SERVED_MODEL, think=0.2, max_tokens=VLLM_MAX_TOKENS,
-                         read_timeout=VLLM_STALL_TIMEOUT, tools=False)  # fmt: skip
-    return EnginePart("vLLM (SmolLM2-135M-Instruct)", lambda: _start_vllm(setup), agent,
-                      VLLM_STALL_FROM_BYTES, VLLM_STALL_TIMEOUT)  # fmt: skip
+                         tools=False)  # fmt: skip
+    return EnginePart("vLLM (SmolLM2-135M-Instruct)", lambda: _start_vllm(setup), agent, VLLM_STALL_FROM_BYTES)
 
 
-def _start_vllm(setup: VllmSetup) -> Managed:
-    _say(f"    starting vLLM ({setup.python}): about {MEASURED_START_SECONDS} s on 2 cores, longer on a busy "
-         "machine (it loads the model before it answers)")  # fmt: skip
+def _start_vllm(setup: VllmSetup) -> tuple[Managed, float]:
+    """vLLM ready and measured, with the stall watchdog its measured speed calls for."""
+    cpu = read_cpu()
+    _say(f"    starting vLLM ({setup.python}; {settings_for(cpu).describe()} on {cpu.describe()}): about "
+         f"{MEASURED_START_SECONDS} s on 2 cores, longer on a busy machine (it loads the model before it "
+         "answers)")  # fmt: skip
     t0 = time.monotonic()
     engine = start_vllm(setup, kv_cache_gb=VLLM_KV_CACHE_GB)
-    _say(f"    vLLM ready in {time.monotonic() - t0:.0f} s")
-    return engine
+    try:
+        _say(f"    vLLM ready in {time.monotonic() - t0:.0f} s; measuring it")
+        speed = measure_speed(engine.url)
+    except BaseException:
+        engine.stop(grace=STOP_GRACE)
+        raise
+    stall = float(max(VLLM_STALL_TIMEOUT, math.ceil(VLLM_STALL_MARGIN * speed.first_token_after(VLLM_LARGEST_TOKENS))))
+    _say(f"    {speed.describe()}: stalls judged after {stall:.0f} s")
+    return engine, stall
 
 
 def _fresh(out: Path) -> None:
@@ -229,7 +252,7 @@ def _story(out: Path, started: list[Managed], part: EnginePart, harness: tuple[H
            websocket: bool = False) -> bool:  # fmt: skip
     client = harness[0].title if harness else "the agent"
     _say(f"1/4 starting {part.title} and two mitmproxy hops: {client} -> edge (records) -> gateway -> engine")
-    engine = part.start()
+    engine, stall_timeout = part.start()
     started.append(engine)
     if harness is None:
         gate = ("--set", f"proxycheck_fault_min_body={part.stall_from_bytes}")
@@ -246,7 +269,7 @@ def _story(out: Path, started: list[Managed], part: EnginePart, harness: tuple[H
     started.append(edge)
     _say(f"    engine {engine.url}, gateway {gateway.url} ({fault_text}), edge {edge.url}")
     if harness is None:
-        wedged = _run_agent(replace(part.agent, base_url=edge.url))
+        wedged = _run_agent(replace(part.agent, base_url=edge.url, read_timeout=stall_timeout))
     else:
         wedged = _run_harness(out, edge.url, *harness, websocket=websocket)
     if not wedged:
@@ -256,7 +279,7 @@ def _story(out: Path, started: list[Managed], part: EnginePart, harness: tuple[H
     write_file(chain, f'engine = "{engine.url}"\n[[hop]]\nname = "edge"\nurl = "{edge.url}"\n'
                       f'[[hop]]\nname = "gateway"\nurl = "{gateway.url}"\n')  # fmt: skip
     _say(f"3/4 proxycheck check {recording} --chain {chain}")
-    status = _check(recording, chain, out / "check-run", Reports(html=str(out / "report.html")), part.stall_timeout)
+    status = _check(recording, chain, out / "check-run", Reports(html=str(out / "report.html")), stall_timeout)
     sys.stdout.flush()
     found = json.loads((out / "check-run" / "verdict.json").read_text())
     if status != EXIT_FAULT or found["culprit"] != "gateway":
@@ -267,7 +290,7 @@ def _story(out: Path, started: list[Managed], part: EnginePart, harness: tuple[H
     gateway.stop()
     started.remove(gateway)
     started.append(start_mitmdump(*gateway_args, port=gateway.port))
-    status = _check(recording, chain, out / "fixed-run", Reports(), part.stall_timeout)
+    status = _check(recording, chain, out / "fixed-run", Reports(), stall_timeout)
     sys.stdout.flush()
     fixed = json.loads((out / "fixed-run" / "verdict.json").read_text())
     if status != EXIT_OK:

@@ -86,8 +86,13 @@ def test_healthy_through_dante_with_both_client_stacks_and_bench(tmp_path: Path)
         chain = chain_file(tmp_path, engine.url, ("dante", f"proxy={socks_url(dante, 'socks5h')}"))
         status, doc = check(tmp_path, recording, chain, *FAST)
         assert status == 0 and doc["verdict"] == "healthy", doc["summary"]
-        assert {r["route"]: r["outcomes"] for r in doc["routes"]} == {"direct": {"ok": 8}, "via:dante": {"ok": 4}}
-        assert doc["findings"] == []
+        # Every exchange answered on both routes. Whether one was slower than direct's is a timing of a
+        # route replayed once on a shared machine (seen: 4 `slow` through Dante while other tests
+        # loaded the cores): a degradation the verdict notes, never a failure, and not this test's
+        # question.
+        answered = {r["route"]: sum(n for o, n in r["outcomes"].items() if o in ("ok", "slow")) for r in doc["routes"]}
+        assert answered == {"direct": 8, "via:dante": 4} and all(r["failures"] == 0 for r in doc["routes"]), doc["routes"]
+        assert all(f["outcome"] == "slow" for f in doc["findings"]), doc["findings"]
 
         # aiohttp (aiohttp-socks' connector) through it too, and the connection facts kept: a
         # new connection's connect time is the time through the proxy to the engine.

@@ -4,7 +4,9 @@ configuration unchanged.
 
 The knob: prefix caching (vLLM's default) against `--no-enable-prefix-caching`, on a multi-turn
 recording whose turns share a long prefix (turn 1 pastes a file the later turns carry): with the
-cache, a request prefills only what is new; without it, all of it. Bench runs of one configuration
+cache, a request prefills only what is new; without it, all of it. The paste is sized from the
+uncached engine's measured speed (a prefill of PREFIX_SECONDS), so the difference is as clear, and
+the runs as short, on a CPU many times slower than another. Bench runs of one configuration
 are compared with each other, so this file runs `alone` (`make test`: after the parallel tests, with
 nothing beside it); its engines are the session's (conftest.py), started side by side.
 """
@@ -19,18 +21,19 @@ import pytest
 from cli_runner import run_proxycheck
 from processes import MitmdumpFactory, write_chain
 from sdk import converse
-from vllm_engine import SERVED_MODEL
-
-from proxycheck.io.procs import Managed
+from vllm_engine import SERVED_MODEL, Engine
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.alone]
 
 # Closed loop at concurrency 2 (the engine batches them), a fixed number of requests after a warm-up
 # that fills the cache of the configuration that has one (the recording filled the other engine's).
 LOAD = ("--concurrency", "2", "--requests", "16", "--warmup", "2")
+# The shared prefix's prefill without the cache: several times a cached turn's first token on any
+# machine, and short enough that 16 uncached requests take a minute or two on the slowest.
+PREFIX_SECONDS = 1.5
 
 
-def bench(recording: Path, engine: Managed, out: Path) -> dict:
+def bench(recording: Path, engine: Engine, out: Path) -> dict:
     chain = write_chain(out.with_suffix(".toml"), engine.url, [])
     summary = out.with_suffix(".json")
     done = run_proxycheck("bench", str(recording), "--chain", str(chain), "--route", "direct", "--out", str(out),
@@ -51,12 +54,13 @@ def metric(doc: dict, name: str) -> dict:
 
 
 def test_bench_and_compare_tell_prefix_caching_off_from_on_and_an_unchanged_engine_unchanged(
-    vllm: Managed, vllm_uncached: Managed, mitmdumps: MitmdumpFactory, tmp_path: Path
+    vllm: Engine, vllm_uncached: Engine, mitmdumps: MitmdumpFactory, tmp_path: Path
 ) -> None:
     recording = tmp_path / "recording"
-    recorder = mitmdumps.recorder(vllm, recording)
-    lines = converse("openai", recorder.url, model=SERVED_MODEL, sessions=2, turns=3, max_tokens=16, paste="1:400",
-                     include_usage=True, timeout=60, within=180).lines  # fmt: skip
+    recorder = mitmdumps.recorder(vllm.url, recording)
+    words = vllm_uncached.speed.words_for(PREFIX_SECONDS)
+    lines = converse("openai", recorder.url, model=SERVED_MODEL, sessions=2, turns=3, max_tokens=16,
+                     paste=f"1:{words}", include_usage=True, timeout=60, within=400).lines  # fmt: skip
     time.sleep(1.2)  # the recorder flushes chunk times at least every second
     recorder.stop()
     assert len(lines) == 6 and all(line["ok"] for line in lines), lines
