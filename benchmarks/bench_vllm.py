@@ -41,9 +41,10 @@ from bench_replayer import WATCHDOGS, Timings, _baseline, replayed, sessions
 from proxycheck.core.exchange.observation import Observation
 from proxycheck.core.exchange.outcomes import Outcome
 from proxycheck.core.replay.plan import PlannedSession
+from proxycheck.core.testbed.engine_speed import settings_for
 from proxycheck.io.procs import Managed
 from proxycheck.io.replayer import ReplayOptions
-from proxycheck.io.vllm import SERVED_MODEL, VllmSetup, start_vllm
+from proxycheck.io.vllm import SERVED_MODEL, VllmSetup, measure_speed, read_cpu, start_vllm
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = 64
@@ -191,8 +192,10 @@ def replayer(url: str, concurrency: int, turns: int, rounds: int) -> dict:
 
 
 def report(figures: dict, args: argparse.Namespace) -> None:
-    print(f"vLLM ready in {figures['engine_start_s']:.0f} s; streamed chat completions of {TOKENS} tokens "
-          "(ignore_eos, temperature 0)")  # fmt: skip
+    machine = figures["machine"]
+    print(f"{machine['cpu']}; vLLM with {machine['settings']}")
+    print(f"vLLM ready in {figures['engine_start_s']:.0f} s; {machine['speed']}")
+    print(f"streamed chat completions of {TOKENS} tokens (ignore_eos, temperature 0)")
     print(f"(a) through mitmdump + recorder against mitmdump streaming, {args.rounds} rounds over 2 processes "
           "of each kind:")  # fmt: skip
     for key, level in figures["recorder"].items():
@@ -254,6 +257,11 @@ def main() -> int:
         t0 = time.monotonic()
         engine = start_vllm(setup, kv_cache_gb=KV_CACHE_GB)
         figures: dict = {"engine_start_s": round(time.monotonic() - t0, 1)}
+        # The machine and the engine's own speed on it: the ratios below are side by side on one
+        # machine, the absolute figures are this CPU's (docs/design.md, "A real engine").
+        cpu = read_cpu()
+        figures["machine"] = {"cpu": cpu.describe(), "settings": settings_for(cpu).describe(),
+                              "speed": measure_speed(engine.url).describe()}  # fmt: skip
         asyncio.run(_baseline(engine.url, 1, 1, True, lambda _: chat_body()))  # the first request, not measured
         start_hops(hops, engine.url, 2, out)
         figures["recorder"] = recorder(hops, args.streams, args.rounds)

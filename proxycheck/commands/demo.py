@@ -85,7 +85,7 @@ STALL_TIMEOUT = 2.0  # the replay's stall watchdog: the demo need not wait the d
 # are sampled, up to VLLM_MAX_TOKENS tokens (at most some 200 B). Its bodies are then about 0.6 KB,
 # 2.8-3.0 KB and 4.9-5.2 KB at turns 1-3: a threshold of 4,000 B stalls turn 3, with 1 KB of margin
 # either way. How long vLLM takes to a first token at these sizes differs many times between CPUs
-# (0.5 s on an AVX-512 Xeon, 5 s on an AVX2 EPYC, more on a busy machine), so the agent and the
+# (0.5 s on an AVX-512 machine, 5-10 s on an AVX2 EPYC, more on a busy machine), so the agent and the
 # replay call a silence a stall only after VLLM_STALL_MARGIN times the first token of the largest
 # prompt (VLLM_LARGEST_TOKENS: turn 3's 5.2 KB at 2.5 bytes a token), as measured on the engine once
 # it is ready, and never before check's default 10 s.

@@ -32,8 +32,8 @@ from proxycheck.io.procs import Managed, free_port
 SERVED_MODEL = "smollm2-135m"
 MAX_MODEL_LEN = 8192  # the model's own window
 # The start measured on 2 shared cores with --enforce-eager (the first start after `make vllm`
-# is not slower: nothing is compiled): 29-40 s on an AVX-512 Xeon, 51-63 s on an AVX2 EPYC. Without
-# --enforce-eager vLLM compiles its graph at every start (ready in 84 s on the Xeon) for about 17%
+# is not slower: nothing is compiled): 29-40 s on an AVX-512 machine, 51-67 s on an AVX2 EPYC. Without
+# --enforce-eager vLLM compiles its graph at every start (ready in 84 s on the former) for about 17%
 # more tokens/s (69 against 57 on one stream).
 MEASURED_START_SECONDS = 60
 # The bound is several times the measured start: a start competes with whatever else runs.

@@ -211,11 +211,19 @@ def test_timeout_shorter_than_a_long_prefill(tmp_path: Path, gateway: Gateway) -
         assert "hop litellm" in finding["advice"], finding
 
 
-@pytest.mark.timeout(120)
+# The gap between two tokens that LiteLLM's 1 s stream_timeout must cut. LiteLLM's read timeout
+# counts from when it starts the next read, after it has handled the first token: on a loaded
+# machine that took over half a second, and a 1.5 s gap passed whole (both turns `ok`). Three
+# times the timeout leaves it two seconds; the check's stall watchdog stays above the gap.
+STREAM_GAP = 3.0
+GAP_STALL = ("--pace", "fast", "--stall-timeout", "8")
+
+
+@pytest.mark.timeout(150)
 def test_stream_timeout_shorter_than_the_gap_between_tokens(tmp_path: Path) -> None:
-    # Two tokens 1.5 s apart through a LiteLLM whose stream_timeout is 1 s: its 200 stream has
+    # Two tokens STREAM_GAP apart through a LiteLLM whose stream_timeout is 1 s: its 200 stream has
     # begun, so the timeout ends it with an error event in the stream (and no [DONE]).
-    engine = start_engine("--ttft-per-kb", "0", "--token-interval", "1.5", "--tool-call-rate", "0")
+    engine = start_engine("--ttft-per-kb", "0", "--token-interval", str(STREAM_GAP), "--tool-call-rate", "0")
     litellm = None
     try:
         litellm = start_litellm(engine.url, params={"stream_timeout": TIMEOUT})
@@ -223,7 +231,7 @@ def test_stream_timeout_shorter_than_the_gap_between_tokens(tmp_path: Path) -> N
         assert turns_seen(agent) == [(1, "stream_error", 200)] * 2
         assert all(t.content_events == 1 and "litellm.Timeout" in t.detail for s in agent.sessions for t in s.turns)
 
-        status, doc = check(tmp_path, tmp_path / "rec", hop_chain(tmp_path, engine, litellm), *FAST)
+        status, doc = check(tmp_path, tmp_path / "rec", hop_chain(tmp_path, engine, litellm), *GAP_STALL)
         assert status == 1 and doc["verdict"] == "proxy" and doc["culprit"] == "litellm", doc["summary"]
         assert doc["first_turn"] == 1 and "sends errors inside streams" in doc["summary"]
         assert routes(doc)["direct"]["outcomes"] == {"ok": 4}  # two repetitions: the noise floor

@@ -61,7 +61,8 @@ class EngineSettings:
     bind: tuple[int, ...]
 
     def describe(self) -> str:
-        return f"--dtype {self.dtype}, compute threads on CPUs {','.join(map(str, self.bind))}"
+        cpus = "CPU" if len(self.bind) == 1 else "CPUs"
+        return f"--dtype {self.dtype}, compute threads on {cpus} {','.join(map(str, self.bind))}"
 
 
 def settings_for(cpu: CpuFacts, cores: int | None = None) -> EngineSettings:

@@ -56,6 +56,7 @@ def test_compute_threads_are_bound_to_as_many_cpus_as_asked_the_last_ones() -> N
     assert settings_for(four, 0).bind == (7,)  # at least one
     assert settings_for(four, 9).bind == (2, 3, 5, 7)  # no more than there are
     assert settings_for(four, 2).describe() == "--dtype float32, compute threads on CPUs 5,7"
+    assert settings_for(four, 1).describe() == "--dtype float32, compute threads on CPU 7"
 
 
 # vLLM 0.32 on an AVX2 EPYC, float32 on both cores, nothing beside it: first token after 40, 978 and
