@@ -126,9 +126,11 @@ def _wait_healthy(proc: Managed, timeout: float) -> None:
     raise ProcessError(f"vllm was not ready within {timeout:.0f} s:\n{proc.log_tail()}")
 
 
-# The speed measurement: a short prompt answered with DECODE_TOKENS tokens, then a prompt pasting
-# LONG_WORDS words ("line0 line1 ...", as the tests paste: about 900 tokens) answered with one.
+# The speed measurement: a short prompt (SHORT_WORDS pasted) answered with DECODE_TOKENS tokens,
+# then a prompt pasting LONG_WORDS words ("line0 line1 ...", as the tests paste: about 900 tokens)
+# answered with one.
 DECODE_TOKENS = 24
+SHORT_WORDS = 4
 LONG_WORDS = 250
 MEASURE_TIMEOUT = 300.0  # one request's bound: a 900-token prefill took 6.6 s on one slow core
 
@@ -137,14 +139,14 @@ def measure_speed(url: str, model: str = SERVED_MODEL, *, timeout: float = MEASU
     """The speed of the engine at `url` now, on one stream: a warm-up, then a short prompt's first
     token and decode pace, then a long prompt's first token. Each prompt starts with a word of its
     own, so a prefix cache holds none of it. A request that fails is a ProcessError saying so."""
-    _stream(url, model, _prompt(4), 2, timeout)  # the first request after the start is slower
-    short = _stream(url, model, _prompt(4), DECODE_TOKENS, timeout)
+    _stream(url, model, _prompt(SHORT_WORDS), 2, timeout)  # the first request after the start is slower
+    short = _stream(url, model, _prompt(SHORT_WORDS), DECODE_TOKENS, timeout)
     long = _stream(url, model, _prompt(LONG_WORDS), 1, timeout)
     gaps = short.times[-1] - short.times[0]
     per_token = gaps / (len(short.times) - 1) if len(short.times) > 1 else short.times[0]
     return EngineSpeed(first_token=short.times[0], per_token=per_token, short_tokens=short.prompt_tokens,
                        long_first_token=long.times[0], long_tokens=long.prompt_tokens,
-                       long_words=LONG_WORDS)  # fmt: skip
+                       long_words=LONG_WORDS, short_words=SHORT_WORDS)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,8 @@ class EngineSpeed:
     - `first_token`: seconds to the first token of a short prompt of `short_tokens` tokens;
     - `per_token`: seconds between decoded tokens;
     - `long_first_token`: seconds to the first token of `long_tokens` tokens (pasted words, no
-      prefix cache), whose pasted part was `long_words` words ("line0 line1 ..." as the tests paste).
+      prefix cache), whose pasted part was `long_words` words ("line0 line1 ..." as the tests paste),
+      where the short prompt pasted `short_words`.
 
     A prefill grows faster than its length (attention is quadratic): between and below the two
     measured sizes, the line through them is an upper bound; above them, a lower one.
@@ -102,6 +103,7 @@ class EngineSpeed:
     long_first_token: float
     long_tokens: int
     long_words: int
+    short_words: int = 0
 
     @property
     def prefill_per_token(self) -> float:
@@ -111,7 +113,7 @@ class EngineSpeed:
 
     @property
     def tokens_per_word(self) -> float:
-        return max((self.long_tokens - self.short_tokens) / max(self.long_words, 1), 0.1)
+        return max((self.long_tokens - self.short_tokens) / max(self.long_words - self.short_words, 1), 0.1)
 
     def first_token_after(self, tokens: int) -> float:
         """About how long the first token of a `tokens`-token prompt takes (no prefix cache): the line
